@@ -1,0 +1,1 @@
+"""Control-plane broker stubs: register in ZooKeeper, fence and apply controller requests."""

@@ -1,0 +1,5 @@
+import sys
+
+from broker_stub.cli import main
+
+sys.exit(main())

@@ -1,0 +1,114 @@
+"""Run one broker stub process: gRPC server, ZooKeeper registration, SIGTERM handling."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import grpc
+
+from broker_stub.registration import BrokerRegistration
+from broker_stub.server import SERVICE_NAME, BrokerControlService
+from broker_stub.state import BrokerState
+from controller_svc import grpc_common
+from controller_svc.app import _advertised
+from controller_svc.config import Config
+from controller_svc.errors import ControllerError
+from controller_svc.model import BrokerInfo, EndPoint
+from controller_svc.state_change_log import StateChangeLog
+from controller_svc.tasks import cancel_and_wait, spawn
+from controller_svc.zk.client import ZkClient
+from kcontroller.v1 import broker_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+async def run_broker(config: Config) -> int:
+    broker_id = config.int("broker.id")
+    node = f"broker-{broker_id}"
+    state_log = StateChangeLog(config.str("state.change.log.dir") or None, node)
+    state = BrokerState(broker_id)
+
+    server = grpc.aio.server(options=grpc_common.SERVER_OPTIONS)
+    port = grpc_common.bind(server, config.str("grpc.listen"))
+    host, _, _ = _advertised(config.str("grpc.listen"), config.str("grpc.advertised.host"), port).rpartition(":")
+    service = BrokerControlService(state, state_log)
+    broker_pb2_grpc.add_BrokerControlServicer_to_server(service, server)
+    health = grpc_common.Health(server, [SERVICE_NAME])
+    grpc_common.enable_reflection(server, [SERVICE_NAME])
+    await health.set_serving(False)
+    await server.start()
+    log.info("broker %d: gRPC on %s:%d", broker_id, host, port)
+
+    info = BrokerInfo(
+        broker_id=broker_id,
+        endpoints=(EndPoint("PLAINTEXT", host, port, "PLAINTEXT"),),
+        rack=config.str("broker.rack") or None,
+        epoch=-1,
+    )
+    reregister_task: asyncio.Task[None] | None = None
+    registration: BrokerRegistration | None = None
+
+    async def register() -> None:
+        assert registration is not None
+        epoch = await registration.register()
+        state.broker_epoch = epoch
+        state.registered = True
+        state_log.record("broker.registered", broker_id=broker_id, broker_epoch=epoch)
+        log.info("broker %d registered with broker epoch %d", broker_id, epoch)
+        await health.set_serving(True)
+
+    def session_lost() -> None:
+        state.registered = False
+
+    def new_session() -> None:
+        nonlocal reregister_task
+
+        async def reregister() -> None:
+            await health.set_serving(False)
+            try:
+                await register()
+            except ControllerError as e:
+                log.error("broker %d could not re-register: %s", broker_id, e)
+
+        reregister_task = spawn(reregister(), "broker-reregistration")
+
+    zk = ZkClient(
+        config.str("zookeeper.connect"),
+        config.int("zookeeper.session.timeout.ms"),
+        config.int("zookeeper.max.in.flight.requests"),
+        on_session_lost=session_lost,
+        on_new_session=new_session,
+    )
+    registration = BrokerRegistration(zk, info, config.int("broker.registration.wait.ms") / 1000.0)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    await zk.start(timeout_s=config.int("zookeeper.connection.timeout.ms") / 1000.0)
+    await registration.ensure_top_level_paths()
+    registration_task = spawn(register(), "broker-registration")
+    stop_wait = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([registration_task, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+    if registration_task.done() and registration_task.exception() is not None:
+        log.error("broker %d: registration failed: %s", broker_id, registration_task.exception())
+        await zk.close()
+        await server.stop(grace=0)
+        return 1
+    await stop_wait
+
+    log.info("broker %d shutting down", broker_id)
+    await health.set_serving(False)
+    await cancel_and_wait(registration_task, reregister_task)
+    try:
+        await asyncio.wait_for(registration.deregister(), 5)
+    except (ControllerError, TimeoutError) as e:
+        log.warning("broker %d: deregistration failed (%s); the session close removes it", broker_id, e)
+    state_log.record("broker.shutdown", broker_id=broker_id, broker_epoch=state.broker_epoch)
+    await zk.close()
+    await server.stop(grace=1.0)
+    state_log.close()
+    return 0

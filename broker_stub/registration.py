@@ -1,0 +1,99 @@
+"""Broker registration in /brokers/ids/<id> (KafkaZkClient.registerBroker).
+
+The registration is ephemeral, Kafka's version 5 JSON; the broker epoch is its czxid
+(KIP-380). A restart that finds its id still held by the dead session of its previous
+run waits for that session to expire (bounded, logged) instead of failing (KAFKA-7165).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from controller_svc.errors import ControllerError, ZkBadVersionError, ZkNodeExistsError, ZkNoNodeError
+from controller_svc.model import BrokerInfo
+from controller_svc.zk import codecs, paths
+from controller_svc.zk.client import MultiOpError, WatchKind, ZkClient
+
+log = logging.getLogger(__name__)
+
+
+class RegistrationError(ControllerError):
+    pass
+
+
+class BrokerRegistration:
+    def __init__(self, zk: ZkClient, info: BrokerInfo, wait_for_expiry_s: float) -> None:
+        self.zk = zk
+        self.info = info
+        self.path = paths.broker_path(info.broker_id)
+        self._wait_s = wait_for_expiry_s
+
+    def __repr__(self) -> str:
+        return f"BrokerRegistration({self.path})"
+
+    async def ensure_top_level_paths(self) -> None:
+        for path in paths.PERSISTENT_PATHS:
+            await self.zk.ensure_path(path)
+
+    async def register(self) -> int:
+        """Create the registration; returns the broker epoch (czxid)."""
+        data = codecs.encode_broker_registration(self.info, int(time.time() * 1000))
+        deadline = time.monotonic() + self._wait_s
+        waited_logged = False
+        while True:
+            try:
+                result = await self.zk.create(self.path, data, ephemeral=True)
+                assert result.stat is not None
+                return result.stat.czxid
+            except MultiOpError as e:
+                if not isinstance(e.cause, ZkNodeExistsError):
+                    raise e.cause from e
+            got = await self.zk.get_or_none(self.path)
+            if got is None:
+                continue
+            if got[1].ephemeral_owner == self.zk.session_id:
+                return got[1].czxid  # our own create, whose reply was lost and resent
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RegistrationError(
+                    f"{self.path} is still held by ZooKeeper session 0x{got[1].ephemeral_owner:x} after "
+                    f"{self._wait_s:.0f} s: is another broker running with id {self.info.broker_id}?"
+                )
+            if not waited_logged:
+                log.warning(
+                    "%s is held by session 0x%x (a previous run of this broker?); waiting up to %.0f s for it "
+                    "to expire", self.path, got[1].ephemeral_owner, remaining,
+                )
+                waited_logged = True
+            await self._wait_for_deletion(min(remaining, 1.0))
+
+    async def _wait_for_deletion(self, timeout_s: float) -> None:
+        deleted = asyncio.Event()
+
+        def on_change(kind: WatchKind, _path: str) -> None:
+            if kind == WatchKind.DELETED:
+                deleted.set()
+
+        self.zk.watch_data(self.path, on_change)
+        try:
+            if await self.zk.exists(self.path, watch=True) is None:
+                return
+            try:
+                await asyncio.wait_for(deleted.wait(), timeout_s)
+            except TimeoutError:
+                pass
+        finally:
+            self.zk.unwatch(self.path)
+
+    async def deregister(self) -> bool:
+        """Delete the registration if our session owns it."""
+        got = await self.zk.get_or_none(self.path)
+        if got is None or got[1].ephemeral_owner != self.zk.session_id:
+            return False
+        try:
+            await self.zk.delete(self.path, version=got[1].version)
+        except (ZkNoNodeError, ZkBadVersionError):
+            return False
+        return True

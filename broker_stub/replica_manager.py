@@ -1,0 +1,114 @@
+"""Applying control requests to a broker's state (ReplicaManager / MetadataCache updates).
+
+Each function checks the request-level fences first; a rejected request changes nothing.
+They return the error code, per-partition errors and the role changes to log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from broker_stub import fencing
+from broker_stub.state import BrokerState, PartitionRole
+from controller_svc.errors import ErrorCode
+from controller_svc.model import TopicPartition
+from kcontroller.v1 import broker_pb2
+
+
+@dataclass
+class ApplyResult:
+    error: ErrorCode = ErrorCode.NONE
+    partition_errors: dict[TopicPartition, ErrorCode] = field(default_factory=dict)
+    role_changes: dict[TopicPartition, PartitionRole] = field(default_factory=dict)
+
+    @property
+    def applied(self) -> bool:
+        return self.error == ErrorCode.NONE
+
+
+def _fence(state: BrokerState, controller_epoch: int, broker_epoch: int) -> ErrorCode:
+    return fencing.check_control_request(state.controller_epoch, state.broker_epoch, controller_epoch, broker_epoch)
+
+
+def _accept_controller(state: BrokerState, controller_id: int, controller_epoch: int) -> None:
+    state.controller_epoch = max(state.controller_epoch, controller_epoch)
+    state.controller_id = controller_id
+
+
+def apply_update_metadata(state: BrokerState, request: broker_pb2.UpdateMetadataRequest) -> ApplyResult:
+    error = _fence(state, request.controller_epoch, request.broker_epoch)
+    if error:
+        return ApplyResult(error)
+    _accept_controller(state, request.controller_id, request.controller_epoch)
+    state.live_brokers = {b.id: b for b in request.live_brokers}
+    for partition in request.partition_states:
+        tp = TopicPartition(partition.topic, partition.partition)
+        if partition.leader == -2:  # LeaderDuringDelete: the topic is being deleted
+            state.metadata.pop(tp, None)
+        else:
+            state.metadata[tp] = partition
+    state.update_metadata_count += 1
+    return ApplyResult()
+
+
+def apply_leader_and_isr(state: BrokerState, request: broker_pb2.LeaderAndIsrRequest) -> ApplyResult:
+    error = _fence(state, request.controller_epoch, request.broker_epoch)
+    if error:
+        return ApplyResult(error)
+    _accept_controller(state, request.controller_id, request.controller_epoch)
+    result = ApplyResult()
+    for partition in request.partition_states:
+        tp = TopicPartition(partition.topic, partition.partition)
+        replicas = tuple(partition.replicas)
+        current = state.leader_epoch(tp)
+        if current is not None and state.roles[tp].role in ("stopped", "deleted"):
+            current = None if state.roles[tp].role == "deleted" else current
+        partition_error = fencing.check_leader_and_isr_partition(
+            state.broker_id, replicas, current, partition.leader_epoch
+        )
+        result.partition_errors[tp] = partition_error
+        if partition_error:
+            continue
+        role = PartitionRole(
+            role="leader" if partition.leader == state.broker_id else "follower",
+            leader=partition.leader,
+            leader_epoch=partition.leader_epoch,
+            isr=tuple(partition.isr),
+            replicas=replicas,
+            controller_epoch=partition.controller_epoch,
+        )
+        state.roles[tp] = role
+        result.role_changes[tp] = role
+    return result
+
+
+def apply_stop_replica(state: BrokerState, request: broker_pb2.StopReplicaRequest) -> ApplyResult:
+    error = _fence(state, request.controller_epoch, request.broker_epoch)
+    if error:
+        return ApplyResult(error)
+    _accept_controller(state, request.controller_id, request.controller_epoch)
+    result = ApplyResult()
+    for partition in request.partitions:
+        tp = TopicPartition(partition.topic, partition.partition)
+        existing = state.roles.get(tp)
+        partition_error = fencing.check_stop_replica_partition(
+            existing.leader_epoch if existing else None, partition.leader_epoch
+        )
+        result.partition_errors[tp] = partition_error
+        if partition_error:
+            continue
+        if partition.delete_partition:
+            state.roles.pop(tp, None)
+            role = PartitionRole("deleted", -1, partition.leader_epoch, (), (), request.controller_epoch)
+        else:
+            role = PartitionRole(
+                "stopped",
+                existing.leader if existing else -1,
+                existing.leader_epoch if existing else partition.leader_epoch,
+                existing.isr if existing else (),
+                existing.replicas if existing else (),
+                request.controller_epoch,
+            )
+            state.roles[tp] = role
+        result.role_changes[tp] = role
+    return result

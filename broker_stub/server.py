@@ -1,0 +1,132 @@
+"""The broker's gRPC service (kcontroller.v1.BrokerControl): fence, apply, log."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+
+from broker_stub import replica_manager
+from broker_stub.state import BrokerState
+from controller_svc.errors import ErrorCode
+from controller_svc.state_change_log import StateChangeLog
+from kcontroller.v1 import broker_pb2, broker_pb2_grpc, common_pb2
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = broker_pb2.DESCRIPTOR.services_by_name["BrokerControl"].full_name
+
+
+class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
+    def __init__(self, state: BrokerState, state_log: StateChangeLog) -> None:
+        self.state = state
+        self.state_log = state_log
+        # Control requests are applied one at a time, in arrival order (Kafka's
+        # replicaStateChangeLock); the fencing check and the update are one step.
+        self._lock = asyncio.Lock()
+        self.rejected: dict[int, int] = {}
+
+    def _record(self, api: str, request: object, result: replica_manager.ApplyResult) -> None:
+        controller_epoch = int(getattr(request, "controller_epoch"))  # noqa: B009
+        if not result.applied:
+            self.rejected[int(result.error)] = self.rejected.get(int(result.error), 0) + 1
+            log.warning(
+                "rejected %s from controller %d epoch %d (broker epoch %d): %s (we are at controller epoch %d, "
+                "broker epoch %d)",
+                api, getattr(request, "controller_id"), controller_epoch,  # noqa: B009
+                getattr(request, "broker_epoch"), result.error.name,  # noqa: B009
+                self.state.controller_epoch, self.state.broker_epoch,
+            )
+        self.state_log.record(
+            "request.received",
+            api=api,
+            controller_id=int(getattr(request, "controller_id")),  # noqa: B009
+            controller_epoch=controller_epoch,
+            broker_epoch=int(getattr(request, "broker_epoch")),  # noqa: B009
+            correlation_id=int(getattr(request, "correlation_id")),  # noqa: B009
+            result="applied" if result.applied else "rejected",
+            error=int(result.error),
+        )
+        for tp, role in result.role_changes.items():
+            self.state_log.record(
+                "partition.role_changed",
+                topic=tp.topic,
+                partition=tp.partition,
+                role=role.role,
+                leader=role.leader,
+                leader_epoch=role.leader_epoch,
+                isr=list(role.isr),
+                controller_epoch=controller_epoch,
+            )
+
+    async def UpdateMetadata(
+        self, request: broker_pb2.UpdateMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.UpdateMetadataResponse:
+        async with self._lock:
+            result = replica_manager.apply_update_metadata(self.state, request)
+            self._record("UpdateMetadata", request, result)
+        return broker_pb2.UpdateMetadataResponse(error_code=int(result.error), error_message=_message(result.error))
+
+    async def LeaderAndIsr(
+        self, request: broker_pb2.LeaderAndIsrRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.LeaderAndIsrResponse:
+        async with self._lock:
+            result = replica_manager.apply_leader_and_isr(self.state, request)
+            self._record("LeaderAndIsr", request, result)
+        return broker_pb2.LeaderAndIsrResponse(
+            error_code=int(result.error),
+            error_message=_message(result.error),
+            partition_errors=_partition_errors(result),
+        )
+
+    async def StopReplica(
+        self, request: broker_pb2.StopReplicaRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.StopReplicaResponse:
+        async with self._lock:
+            result = replica_manager.apply_stop_replica(self.state, request)
+            self._record("StopReplica", request, result)
+        return broker_pb2.StopReplicaResponse(
+            error_code=int(result.error),
+            error_message=_message(result.error),
+            partition_errors=_partition_errors(result),
+        )
+
+    async def DescribeBroker(
+        self, request: broker_pb2.DescribeBrokerRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.DescribeBrokerResponse:
+        state = self.state
+        return broker_pb2.DescribeBrokerResponse(
+            broker_id=state.broker_id,
+            broker_epoch=state.broker_epoch,
+            controller_epoch=state.controller_epoch,
+            controller_id=state.controller_id,
+            live_brokers=[state.live_brokers[b] for b in sorted(state.live_brokers)],
+            metadata_partitions=[state.metadata[tp] for tp in sorted(state.metadata)],
+            roles=[
+                broker_pb2.PartitionRole(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    role=role.role,
+                    leader=role.leader,
+                    leader_epoch=role.leader_epoch,
+                    isr=list(role.isr),
+                    replicas=list(role.replicas),
+                    controller_epoch=role.controller_epoch,
+                )
+                for tp, role in sorted(state.roles.items())
+            ],
+            update_metadata_count=state.update_metadata_count,
+            registered=state.registered,
+        )
+
+
+def _message(error: ErrorCode) -> str:
+    return "" if error == ErrorCode.NONE else error.name
+
+
+def _partition_errors(result: replica_manager.ApplyResult) -> list[common_pb2.PartitionError]:
+    return [
+        common_pb2.PartitionError(topic=tp.topic, partition=tp.partition, error_code=int(code))
+        for tp, code in sorted(result.partition_errors.items())
+    ]

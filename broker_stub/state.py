@@ -1,0 +1,47 @@
+"""Everything a broker stub knows: identity and epochs, metadata cache, partition roles.
+
+Owned by the broker's gRPC handlers, which apply one control request at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from controller_svc.model import TopicPartition
+from kcontroller.v1 import common_pb2
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRole:
+    role: str  # leader | follower | stopped | deleted
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    controller_epoch: int
+
+
+@dataclass
+class BrokerState:
+    broker_id: int
+    broker_epoch: int = -1
+    registered: bool = False
+    controller_epoch: int = 0
+    controller_id: int = -1
+    live_brokers: dict[int, common_pb2.LiveBroker] = field(default_factory=dict)
+    metadata: dict[TopicPartition, common_pb2.PartitionState] = field(default_factory=dict)
+    roles: dict[TopicPartition, PartitionRole] = field(default_factory=dict)
+    update_metadata_count: int = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"BrokerState(id={self.broker_id}, epoch={self.broker_epoch}, controller={self.controller_id}"
+            f"@{self.controller_epoch}, partitions={len(self.roles)})"
+        )
+
+    def leader_epoch(self, tp: TopicPartition) -> int | None:
+        role = self.roles.get(tp)
+        return role.leader_epoch if role is not None else None
+
+    def partitions_led(self) -> int:
+        return sum(1 for r in self.roles.values() if r.role == "leader")

@@ -1,0 +1,1 @@
+"""A re-implementation of Apache Kafka's ZooKeeper-mode controller on asyncio."""

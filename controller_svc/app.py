@@ -1,0 +1,107 @@
+"""Run one controller process: ZooKeeper session, gRPC server, metrics, the controller."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+
+import grpc
+
+from controller_svc import grpc_common, metrics
+from controller_svc.config import Config
+from controller_svc.controller import Controller, ControllerSettings
+from controller_svc.server import SERVICE_NAME, ControllerService
+from controller_svc.state_change_log import StateChangeLog
+from controller_svc.zk import paths
+from controller_svc.zk.client import ZkClient
+from kcontroller.v1 import controller_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+def _advertised(listen: str, advertised_host: str, port: int) -> str:
+    host = listen.rpartition(":")[0]
+    if advertised_host:
+        host = advertised_host
+    elif host in ("0.0.0.0", "", "[::]"):
+        host = "127.0.0.1"
+    return f"{host}:{port}"
+
+
+async def run_controller(config: Config) -> int:
+    controller_id = config.int("controller.id")
+    node = f"controller-{controller_id}"
+    state_log = StateChangeLog(config.str("state.change.log.dir") or None, node)
+
+    server = grpc.aio.server(options=grpc_common.SERVER_OPTIONS)
+    grpc_port = grpc_common.bind(server, config.str("grpc.listen"))
+    grpc_endpoint = _advertised(config.str("grpc.listen"), config.str("grpc.advertised.host"), grpc_port)
+    metrics_host, _, metrics_port_text = config.str("metrics.listen").rpartition(":")
+    metrics_port = int(metrics_port_text)
+    if metrics_port == 0:
+        metrics_port = _free_port(metrics_host)
+    metrics.serve(metrics_host, metrics_port)
+    metrics_endpoint = _advertised(config.str("metrics.listen"), config.str("grpc.advertised.host"), metrics_port)
+
+    controller: Controller | None = None
+
+    def session_lost() -> None:
+        if controller is not None:
+            controller.on_session_lost()
+
+    def new_session() -> None:
+        if controller is not None:
+            controller.on_new_session()
+
+    zk = ZkClient(
+        config.str("zookeeper.connect"),
+        config.int("zookeeper.session.timeout.ms"),
+        config.int("zookeeper.max.in.flight.requests"),
+        on_session_lost=session_lost,
+        on_new_session=new_session,
+    )
+    settings = ControllerSettings(
+        controller_id=controller_id,
+        grpc_endpoint=grpc_endpoint,
+        metrics_endpoint=metrics_endpoint,
+        request_timeout_s=config.int("controller.socket.timeout.ms") / 1000.0,
+        retry_backoff_s=config.int("controller.retry.backoff.ms") / 1000.0,
+        election_retry_s=config.int("controller.election.retry.ms") / 1000.0,
+    )
+    controller = Controller(settings, zk, state_log)
+    controller_pb2_grpc.add_ControllerServicer_to_server(ControllerService(controller), server)
+    health = grpc_common.Health(server, [SERVICE_NAME])
+    grpc_common.enable_reflection(server, [SERVICE_NAME])
+    await health.set_serving(False)
+    await server.start()
+    log.info("controller %d: gRPC on %s, metrics on %s", controller_id, grpc_endpoint, metrics_endpoint)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    await zk.start(timeout_s=config.int("zookeeper.connection.timeout.ms") / 1000.0)
+    await zk.ensure_path(paths.CONTROLLER_ENDPOINTS)
+    # Ready once Startup has been processed: elected, or a standby watching /controller.
+    await controller.start().processed
+    await health.set_serving(True)
+
+    await stop.wait()
+    log.info("controller %d shutting down", controller_id)
+    await health.set_serving(False)
+    await controller.shutdown()
+    # Closing the session deletes /controller at once, so a standby takes over without
+    # waiting for the session timeout.
+    await zk.close()
+    await server.stop(grace=1.0)
+    state_log.close()
+    return 0
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host or "127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -1,0 +1,123 @@
+"""`controller-svc`: run a controller, manage a local cluster, run the demo."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from controller_svc import config as cfg
+
+
+def _add_config_args(parser: argparse.ArgumentParser, keys: tuple[cfg.Key, ...]) -> None:
+    parser.add_argument("--config", metavar="FILE", help="properties file with the keys below")
+    parser.add_argument(
+        "--override", action="append", metavar="KEY=VALUE", default=[],
+        help="set one config key (repeatable); wins over the file and KCONTROLLER_* environment variables",
+    )
+    parser.epilog = "config keys:\n" + cfg.describe(keys)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+def load_config(args: argparse.Namespace, keys: tuple[cfg.Key, ...]) -> cfg.Config:
+    return cfg.load(keys, args.config, cfg.parse_overrides(args.override))
+
+
+def run_process(kind: str, args: argparse.Namespace) -> int:
+    import uvloop
+
+    from controller_svc import logging_setup
+
+    keys = cfg.CONTROLLER_KEYS if kind == "controller" else cfg.BROKER_KEYS
+    try:
+        config = load_config(args, keys)
+    except cfg.ConfigError as e:
+        print(f"{kind}: bad configuration: {e}", file=sys.stderr)
+        return 2
+    node_id = config.int("controller.id" if kind == "controller" else "broker.id")
+    logging_setup.setup(f"{kind}-{node_id}", config.str("log.level"), config.str("log.format"))
+    if kind == "controller":
+        from controller_svc.app import run_controller as runner
+    else:
+        from broker_stub.app import run_broker as runner
+    try:
+        return uvloop.run(runner(config))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # noqa: BLE001 - report start-up failures in one line, then exit non-zero
+        import logging
+
+        logging.getLogger(kind).exception("%s %d failed: %s", kind, node_id, e)
+        return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="controller-svc", description="Kafka ZooKeeper-mode controller, re-implemented on asyncio"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    controller = sub.add_parser("controller", help="run one controller process")
+    _add_config_args(controller, cfg.CONTROLLER_KEYS)
+
+    cluster = sub.add_parser("cluster", help="a local cluster of background processes")
+    cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True)
+    up = cluster_sub.add_parser("up", help="start ZooKeeper, controllers and brokers; write DIR/cluster.json")
+    up.add_argument("--controllers", type=int, default=3)
+    up.add_argument("--brokers", type=int, default=3)
+    up.add_argument("--dir", required=True)
+    up.add_argument("--zookeeper", help="use this ZooKeeper (host:port[/chroot]) instead of starting one")
+    up.add_argument("--session-timeout-ms", type=int, default=6000,
+                    help="zookeeper.session.timeout.ms of every node (default 6000 for a local cluster)")
+    up.add_argument("--controller-override", action="append", default=[], metavar="KEY=VALUE")
+    up.add_argument("--broker-override", action="append", default=[], metavar="KEY=VALUE")
+    down = cluster_sub.add_parser("down", help="stop everything `up` started")
+    down.add_argument("--dir", required=True)
+    down.add_argument("--grace-s", type=float, default=15.0, help="SIGKILL after this many seconds")
+    status = cluster_sub.add_parser("status", help="who is controller, the epoch, the brokers")
+    status.add_argument("--dir", required=True)
+
+    demo = sub.add_parser("demo", help="start a cluster, kill its controller, show the takeover")
+    demo.add_argument("--dir", default=None, help="cluster directory (default: a new temporary one)")
+    demo.add_argument("--session-timeout-ms", type=int, default=6000)
+
+    args = parser.parse_args(argv)
+    if args.command == "controller":
+        return run_process("controller", args)
+    if args.command == "cluster":
+        return run_cluster(args, parser)
+    if args.command == "demo":
+        from controller_svc.demo import run_demo
+
+        return run_demo(args.dir, args.session_timeout_ms)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+def run_cluster(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from controller_svc import devcluster
+    from controller_svc.zookeeper_launcher import ZooKeeperLaunchError
+
+    try:
+        if args.cluster_command == "up":
+            if args.controllers < 1 or args.brokers < 0:
+                parser.error("--controllers must be >= 1 and --brokers >= 0")
+            spec = devcluster.up(
+                args.dir, args.controllers, args.brokers, args.zookeeper, args.session_timeout_ms,
+                cfg.parse_overrides(args.controller_override), cfg.parse_overrides(args.broker_override),
+            )
+            print(devcluster.status(args.dir))
+            print(f"\nwrote {args.dir}/cluster.json; logs in {spec['logs']}")
+        elif args.cluster_command == "down":
+            devcluster.down(args.dir, args.grace_s)
+            print(f"cluster in {args.dir} stopped")
+        else:
+            print(devcluster.status(args.dir))
+    except (devcluster.ClusterError, ZooKeeperLaunchError, cfg.ConfigError) as e:
+        print(f"controller-svc cluster {args.cluster_command}: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,448 @@
+"""The controller: event dispatch and the controller's lifecycle (election, failover,
+resignation). Decisions about partitions live in their own modules; this one wires them.
+
+Mirrors KafkaController's election paths (reference section 5): Startup, ControllerChange,
+Reelect, Expire, RegisterBrokerAndReelect, and maybeResign.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from controller_svc import events as ev
+from controller_svc import metrics
+from controller_svc.channel_manager import ApiKind, ChannelManager, ClientFactory, grpc_client_factory
+from controller_svc.context import ControllerContext, diff_brokers
+from controller_svc.errors import (
+    ControllerEpochCorruptError,
+    ControllerError,
+    ControllerMovedError,
+    CorruptZnodeError,
+    ZkNodeExistsError,
+    ZkUnavailableError,
+)
+from controller_svc.metadata_loader import load_brokers, load_topics
+from controller_svc.request_batch import build_update_metadata
+from controller_svc.state_change_log import StateChangeLog
+from controller_svc.tasks import cancel_and_wait, spawn
+from controller_svc.zk import codecs, paths
+from controller_svc.zk.client import MultiOpError, WatchKind, ZkClient
+from controller_svc.zk.store import ControllerZkStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    controller_id: int
+    grpc_endpoint: str
+    metrics_endpoint: str
+    request_timeout_s: float = 30.0
+    retry_backoff_s: float = 0.1
+    election_retry_s: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    responder_id: int
+    active: bool
+    active_controller_id: int
+    active_controller_endpoint: str
+    controller_epoch: int
+    live_brokers: tuple[Any, ...]
+    topic_count: int
+    partition_count: int
+
+
+class Controller:
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        zk: ZkClient,
+        state_log: StateChangeLog,
+        client_factory: ClientFactory = grpc_client_factory,
+    ) -> None:
+        self.settings = settings
+        self.id = settings.controller_id
+        self.zk = zk
+        self.store = ControllerZkStore(zk)
+        self.state_log = state_log
+        self.context = ControllerContext()
+        self.events = ev.EventManager(self._process)
+        self._client_factory = client_factory
+        self.channels: ChannelManager | None = None
+        self.active_controller_id = -1
+        self.is_active = False
+        self.election_blocked: str | None = None
+        self._retry_task: asyncio.Task[None] | None = None
+        self._endpoint_task: asyncio.Task[None] | None = None
+        self._watched_brokers: set[int] = set()
+        # Called when this controller becomes active / resigns (e.g. gRPC health status).
+        self.on_role_change: Callable[[bool], None] | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Controller(id={self.id}, active={self.is_active}, epoch={self.context.epoch}, "
+            f"active_controller_id={self.active_controller_id})"
+        )
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def wire_zk_callbacks(self) -> None:
+        """Hooks for the ZooKeeper client; they only enqueue (KafkaController's handlers)."""
+        self.zk.watch_data(paths.CONTROLLER, self._on_controller_znode)
+        self.zk.watch_data(paths.CONTROLLER_EPOCH, self._on_epoch_znode)
+
+    def on_session_lost(self) -> None:
+        self.events.clear_and_put(ev.Expire())
+
+    def on_new_session(self) -> None:
+        self.events.put(ev.RegisterBrokerAndReelect())
+
+    def _on_controller_znode(self, kind: WatchKind, _path: str) -> None:
+        self.events.put(ev.Reelect() if kind == WatchKind.DELETED else ev.ControllerChange())
+
+    def _on_epoch_znode(self, kind: WatchKind, _path: str) -> None:
+        if kind != WatchKind.DELETED:
+            self.events.put(ev.ControllerEpochChange())
+
+    def _on_broker_ids(self, _kind: WatchKind, _path: str) -> None:
+        self.events.put(ev.BrokerChange())
+
+    def _on_broker_data(self, kind: WatchKind, path: str) -> None:
+        if kind == WatchKind.DATA_CHANGED:
+            self.events.put(ev.BrokerModifications(broker_id=int(path.rsplit("/", 1)[1])))
+
+    def _watch_broker_data(self, broker_ids: set[int]) -> None:
+        for broker_id in broker_ids - self._watched_brokers:
+            self.zk.watch_data(paths.broker_path(broker_id), self._on_broker_data)
+        for broker_id in self._watched_brokers - broker_ids:
+            self.zk.unwatch(paths.broker_path(broker_id))
+        self._watched_brokers = set(broker_ids)
+
+    def start(self) -> ev.QueuedEvent:
+        self.wire_zk_callbacks()
+        self.events.start()
+        return self.events.put(ev.Startup())
+
+    async def shutdown(self) -> None:
+        """Resign, stop the event thread and background tasks (KafkaController.shutdown)."""
+        await self.events.close()
+        await cancel_and_wait(self._retry_task, self._endpoint_task)
+        if self.is_active:
+            await self._on_resignation("shutdown")
+
+    async def describe(self) -> ClusterDescription:
+        reply: asyncio.Future[ClusterDescription] = asyncio.get_running_loop().create_future()
+        self.events.put(ev.DescribeCluster(reply=reply))
+        return await reply
+
+    # --- dispatch --------------------------------------------------------------------------------
+
+    async def _process(self, event: ev.Event) -> None:
+        try:
+            await self._dispatch(event)
+        except ControllerMovedError as e:
+            log.warning("controller %d: %s; resigning", self.id, e)
+            await self._resign_after_moved(str(e))
+            event.preempt()
+
+    async def _dispatch(self, event: ev.Event) -> None:
+        match event:
+            case ev.Startup():
+                self._register_endpoint_in_background()
+                await self._elect()
+            case ev.ControllerChange():
+                await self._maybe_resign()
+            case ev.Reelect():
+                await self._maybe_resign()
+                await self._elect()
+            case ev.Expire():
+                self.active_controller_id = -1
+                if self.is_active:
+                    await self._on_resignation("zookeeper session expired")
+            case ev.RegisterBrokerAndReelect():
+                self._register_endpoint_in_background()
+                await self._maybe_resign()
+                await self._elect()
+            case ev.ControllerEpochChange() | ev.RetryElection():
+                if self.election_blocked is not None or (not self.is_active and self.active_controller_id == -1):
+                    await self._elect()
+                elif self.is_active:
+                    await self._maybe_resign()
+            case ev.BrokerChange() | ev.BrokerModifications():
+                if self.is_active:
+                    await self._process_broker_change()
+            case ev.ControlRequestCompleted():
+                if event.error_code:
+                    log.warning(
+                        "broker %d answered %s with error %d", event.broker_id, event.api, event.error_code
+                    )
+            case ev.DescribeCluster():
+                await self._describe(event)
+            case _:
+                log.error("unknown event %r", event)
+
+    # --- election (reference section 5) ----------------------------------------------------------
+
+    async def _read_active_controller(self) -> int:
+        active = await self.store.read_active_controller(watch=True)
+        if active is None:
+            self.active_controller_id = -1
+            return -1
+        if (
+            active.controller_id == self.id
+            and active.ephemeral_owner == self.zk.session_id
+            and not self.is_active
+        ):
+            # /controller names us from before a resignation of this same session (for
+            # instance the epoch was bumped behind our back): release it so a real election runs.
+            log.warning("controller %d: /controller is ours but we are not active; deleting it", self.id)
+            await self.store.delete_controller_if_owned()
+            self.active_controller_id = -1
+            return -1
+        self.active_controller_id = active.controller_id
+        return active.controller_id
+
+    async def _elect(self) -> None:
+        if await self._read_active_controller() != -1:
+            log.debug("controller %d: %d is already the controller", self.id, self.active_controller_id)
+            self._set_election_blocked(None)
+            return
+        try:
+            fence = await self.store.register_controller_and_increment_epoch(self.id)
+        except ControllerEpochCorruptError as e:
+            self._set_election_blocked(str(e))
+            return
+        except ControllerMovedError as e:
+            self._set_election_blocked(None)
+            log.info("controller %d lost the election: %s", self.id, e)
+            await self._maybe_resign()
+            return
+        except ZkUnavailableError as e:
+            log.warning("controller %d: election failed for now (%s); retrying", self.id, e)
+            self._schedule_election_retry()
+            return
+        self._set_election_blocked(None)
+        self.active_controller_id = self.id
+        self.context.epoch = fence.epoch
+        self.context.epoch_zk_version = fence.zk_version
+        log.info("controller %d elected with epoch %d (epoch zkVersion %d)", self.id, fence.epoch, fence.zk_version)
+        try:
+            await self._on_controller_failover()
+        except ControllerMovedError:
+            raise
+        except Exception as e:
+            # Kafka's triggerControllerMove: give the role up rather than run half-initialised.
+            log.exception("controller %d: failover failed; resigning and releasing /controller", self.id)
+            await self._resign_after_moved(f"failover failed: {e}")
+
+    def _set_election_blocked(self, reason: str | None) -> None:
+        if reason is None:
+            if self.election_blocked is not None:
+                log.warning("controller %d: elections resume", self.id)
+            self.election_blocked = None
+            metrics.ELECTION_BLOCKED.set(0)
+            return
+        if self.election_blocked != reason:
+            log.error("controller %d: refusing to elect a controller: %s", self.id, reason)
+        self.election_blocked = reason
+        metrics.ELECTION_BLOCKED.set(1)
+        self._schedule_election_retry()
+
+    def _schedule_election_retry(self) -> None:
+        if self._retry_task is not None and not self._retry_task.done():
+            return
+
+        async def retry_later() -> None:
+            await asyncio.sleep(self.settings.election_retry_s)
+            self.events.put(ev.RetryElection())
+
+        self._retry_task = spawn(retry_later(), "controller-election-retry")
+
+    async def _maybe_resign(self) -> None:
+        was_active = self.is_active
+        active = await self.store.read_active_controller(watch=True)
+        self.active_controller_id = active.controller_id if active else -1
+        still_ours = active is not None and active.controller_id == self.id and (
+            active.ephemeral_owner == self.zk.session_id
+        )
+        if was_active and not still_ours:
+            await self._on_resignation(
+                f"/controller now names {self.active_controller_id}" if active else "/controller was deleted"
+            )
+
+    async def _resign_after_moved(self, reason: str) -> None:
+        if self.is_active:
+            await self._on_resignation(reason)
+        self.active_controller_id = -1
+        try:
+            if await self.store.delete_controller_if_owned():
+                log.info("controller %d released /controller so that a new election runs", self.id)
+            else:
+                await self._read_active_controller()
+        except ControllerError as e:
+            log.warning("controller %d: could not check /controller after resigning: %s", self.id, e)
+
+    async def _on_controller_failover(self) -> None:
+        """KafkaController.onControllerFailover: watches, metadata, channels, UpdateMetadata."""
+        self.is_active = True
+        metrics.ACTIVE_CONTROLLER_COUNT.set(1)
+        metrics.CONTROLLER_EPOCH.set(self.context.epoch)
+        metrics.ELECTIONS_WON.inc()
+        self.state_log.record(
+            "controller.elected", controller_id=self.id, controller_epoch=self.context.epoch
+        )
+        if self.on_role_change is not None:
+            self.on_role_change(True)
+        self.zk.watch_children(paths.BROKER_IDS, self._on_broker_ids)
+        brokers = await load_brokers(self.zk, watch=True)
+        self.context.live_brokers = dict(brokers)
+        self._watch_broker_data(set(brokers))
+        await load_topics(self.zk, self.context)
+        metrics.GLOBAL_TOPIC_COUNT.set(len(self.context.assignments))
+        metrics.GLOBAL_PARTITION_COUNT.set(self.context.partition_count)
+        self.channels = ChannelManager(
+            self.context.epoch,
+            self.state_log,
+            self.settings.request_timeout_s,
+            self.settings.retry_backoff_s,
+            self._client_factory,
+        )
+        for info in brokers.values():
+            self.channels.add_broker(info)
+        all_partitions = self.context.all_partitions()
+        for broker_id in sorted(brokers):
+            self._send_update_metadata(broker_id, all_partitions)
+        log.info(
+            "controller %d is active: epoch %d, %d live brokers, %d topics, %d partitions",
+            self.id, self.context.epoch, len(brokers), len(self.context.assignments), len(all_partitions),
+        )
+
+    async def _on_resignation(self, reason: str) -> None:
+        """KafkaController.onControllerResignation: drop watches, channels and the context."""
+        epoch = self.context.epoch
+        self.is_active = False
+        self.store.clear_fence()
+        self.zk.unwatch(paths.BROKER_IDS)
+        self._watch_broker_data(set())
+        channels, self.channels = self.channels, None
+        if channels is not None:
+            await channels.close()
+        self.context.reset()
+        metrics.ACTIVE_CONTROLLER_COUNT.set(0)
+        metrics.CONTROLLER_EPOCH.set(0)
+        metrics.RESIGNATIONS.inc()
+        metrics.GLOBAL_TOPIC_COUNT.set(0)
+        metrics.GLOBAL_PARTITION_COUNT.set(0)
+        self.state_log.record("controller.resigned", controller_id=self.id, controller_epoch=epoch, reason=reason)
+        log.warning("controller %d resigned (epoch %d): %s", self.id, epoch, reason)
+        if self.on_role_change is not None:
+            self.on_role_change(False)
+
+    # --- brokers --------------------------------------------------------------------------------
+
+    async def _process_broker_change(self) -> None:
+        current = await load_brokers(self.zk, watch=True)
+        self._watch_broker_data(set(current))
+        diff = diff_brokers(self.context.live_brokers, current)
+        if not diff:
+            return
+        log.info(
+            "broker change: new %s, dead %s, bounced %s, endpoints changed %s",
+            sorted(diff.new), sorted(diff.dead), sorted(diff.bounced), sorted(diff.changed_endpoints),
+        )
+        assert self.channels is not None
+        for broker_id in diff.dead | diff.bounced | diff.changed_endpoints:
+            self.channels.remove_broker(broker_id)
+            self.context.live_brokers.pop(broker_id, None)
+            self.context.shutting_down_broker_ids.discard(broker_id)
+        for broker_id in diff.new | diff.bounced | diff.changed_endpoints:
+            self.context.live_brokers[broker_id] = current[broker_id]
+            self.channels.add_broker(current[broker_id])
+        started = diff.new | diff.bounced | diff.changed_endpoints
+        # Existing brokers learn the new set of live brokers; new ones get full metadata
+        # (KafkaController.onBrokerStartup / onBrokerFailure).
+        for broker_id in sorted(self.context.live_brokers.keys() - started):
+            self._send_update_metadata(broker_id, [])
+        all_partitions = self.context.all_partitions()
+        for broker_id in sorted(started):
+            self._send_update_metadata(broker_id, all_partitions)
+
+    def _send_update_metadata(self, broker_id: int, partitions: list[Any]) -> None:
+        assert self.channels is not None
+        request = build_update_metadata(self.id, self.context, broker_id, partitions)
+        self.channels.send(broker_id, ApiKind.UPDATE_METADATA, request, self._on_response)
+
+    def _on_response(self, broker_id: int, api: ApiKind, response: Any) -> None:
+        self.events.put(
+            ev.ControlRequestCompleted(
+                broker_id=broker_id, api=api.value, error_code=int(response.error_code), response=response
+            )
+        )
+
+    # --- controller endpoints (for NOT_CONTROLLER answers and discovery) ------------------------
+
+    def _register_endpoint_in_background(self) -> None:
+        if self._endpoint_task is not None and not self._endpoint_task.done():
+            self._endpoint_task.cancel()
+        self._endpoint_task = spawn(self._register_endpoint(), "controller-endpoint-registration")
+
+    async def _register_endpoint(self) -> None:
+        path = paths.controller_endpoint_path(self.id)
+        data = codecs.encode_controller_endpoint(self.id, self.settings.grpc_endpoint, self.settings.metrics_endpoint)
+        while True:
+            try:
+                await self.zk.ensure_path(paths.CONTROLLER_ENDPOINTS)
+                await self.zk.create(path, data, ephemeral=True)
+                return
+            except MultiOpError as e:
+                if not isinstance(e.cause, ZkNodeExistsError):
+                    log.warning("registering controller endpoint failed: %s", e)
+            except ZkUnavailableError as e:
+                log.warning("registering controller endpoint failed: %s", e)
+            got = await self.zk.get_or_none(path)
+            if got is not None and got[1].ephemeral_owner == self.zk.session_id:
+                return
+            if got is not None:
+                log.warning(
+                    "%s is held by another session (a previous run of controller %d?); waiting for it to expire",
+                    path, self.id,
+                )
+            await asyncio.sleep(1.0)
+
+    async def controller_endpoint(self, controller_id: int) -> str:
+        if controller_id < 0:
+            return ""
+        got = await self.zk.get_or_none(paths.controller_endpoint_path(controller_id))
+        if got is None:
+            return ""
+        try:
+            return codecs.decode_controller_endpoint(paths.controller_endpoint_path(controller_id), got[0])
+        except CorruptZnodeError as e:
+            log.warning("%s", e)
+            return ""
+
+    async def _describe(self, event: ev.DescribeCluster) -> None:
+        if event.reply.done():
+            return
+        active_id = self.id if self.is_active else self.active_controller_id
+        description = ClusterDescription(
+            responder_id=self.id,
+            active=self.is_active,
+            active_controller_id=active_id,
+            active_controller_endpoint=(
+                self.settings.grpc_endpoint if self.is_active else await self.controller_endpoint(active_id)
+            ),
+            controller_epoch=self.context.epoch,
+            live_brokers=tuple(self.context.live_brokers[b] for b in sorted(self.context.live_brokers)),
+            topic_count=len(self.context.assignments),
+            partition_count=self.context.partition_count,
+        )
+        if not event.reply.done():
+            event.reply.set_result(description)
+

@@ -1,0 +1,232 @@
+"""Controller events (a closed set of frozen dataclasses) and the EventManager.
+
+The EventManager mirrors Kafka's ControllerEventManager: one FIFO queue and ONE
+consumer task; watches, RPC handlers and timers only enqueue. `clear_and_put`
+preempts every queued event (Expire uses it); an event carrying a reply future
+has that future failed with NOT_CONTROLLER when it is preempted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller_svc import metrics
+from controller_svc.errors import NotControllerError
+from controller_svc.tasks import cancel_and_wait, spawn
+
+log = logging.getLogger(__name__)
+
+
+class ControllerState(enum.IntEnum):
+    """Kafka's ControllerState values (exported as the ControllerState gauge)."""
+
+    IDLE = 0
+    CONTROLLER_CHANGE = 1
+    BROKER_CHANGE = 2
+    TOPIC_CHANGE = 3
+    TOPIC_DELETION = 4
+    ALTER_PARTITION_REASSIGNMENT = 5
+    AUTO_LEADER_BALANCE = 6
+    MANUAL_LEADER_BALANCE = 7
+    CONTROLLED_SHUTDOWN = 8
+    ISR_CHANGE = 9
+    LEADER_AND_ISR_RESPONSE_RECEIVED = 10
+    LOG_DIR_CHANGE = 11
+    CONTROLLER_SHUTDOWN = 12
+    UNCLEAN_LEADER_ELECTION_ENABLE = 13
+    TOPIC_UNCLEAN_LEADER_ELECTION_ENABLE = 14
+    LIST_PARTITION_REASSIGNMENT = 15
+    UPDATE_METADATA_RESPONSE_RECEIVED = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    state: ControllerState = field(default=ControllerState.IDLE, init=False, repr=False)
+
+    def preempt(self) -> None:
+        """Called instead of processing when the event is dropped by clear_and_put."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyEvent(Event):
+    """An event that answers a caller. Preemption fails the reply with NOT_CONTROLLER."""
+
+    reply: asyncio.Future[Any] = field(compare=False, repr=False)
+
+    def preempt(self) -> None:
+        if not self.reply.done():
+            self.reply.set_exception(NotControllerError("the controller moved while the request was queued"))
+
+
+def _event(state: ControllerState) -> Any:
+    return field(default=state, init=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Startup(Event):
+    state: ControllerState = _event(ControllerState.CONTROLLER_CHANGE)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerChange(Event):
+    state: ControllerState = _event(ControllerState.CONTROLLER_CHANGE)
+
+
+@dataclass(frozen=True, slots=True)
+class Reelect(Event):
+    state: ControllerState = _event(ControllerState.CONTROLLER_CHANGE)
+
+
+@dataclass(frozen=True, slots=True)
+class Expire(Event):
+    state: ControllerState = _event(ControllerState.CONTROLLER_CHANGE)
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBrokerAndReelect(Event):
+    state: ControllerState = _event(ControllerState.CONTROLLER_CHANGE)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerEpochChange(Event):
+    """/controller_epoch was changed: retry an election that a corrupt epoch blocked."""
+
+    state: ControllerState = _event(ControllerState.CONTROLLER_CHANGE)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryElection(Event):
+    """Timer: retry an election that was blocked or failed for a transient reason."""
+
+    state: ControllerState = _event(ControllerState.CONTROLLER_CHANGE)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerChange(Event):
+    state: ControllerState = _event(ControllerState.BROKER_CHANGE)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerModifications(Event):
+    broker_id: int = -1
+    state: ControllerState = _event(ControllerState.BROKER_CHANGE)
+
+
+@dataclass(frozen=True, slots=True)
+class ControlRequestCompleted(Event):
+    """A broker answered a control request (Kafka's *ResponseReceived events)."""
+
+    broker_id: int = -1
+    api: str = ""
+    error_code: int = 0
+    response: Any = field(default=None, compare=False, repr=False)
+    state: ControllerState = _event(ControllerState.UPDATE_METADATA_RESPONSE_RECEIVED)
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeCluster(ReplyEvent):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownEventThread(Event):
+    state: ControllerState = _event(ControllerState.CONTROLLER_SHUTDOWN)
+
+
+@dataclass(slots=True)
+class QueuedEvent:
+    """An event in the queue, with the time it was enqueued and a future set once it has
+    been processed (or preempted), so callers can await its processing."""
+
+    event: Event
+    enqueued_at: float
+    processed: asyncio.Future[None]
+
+    def done(self) -> None:
+        if not self.processed.done():
+            self.processed.set_result(None)
+
+
+Handler = Callable[[Event], Awaitable[None]]
+
+
+class EventManager:
+    def __init__(self, handler: Handler, clock: Callable[[], float] = time.monotonic) -> None:
+        self._handler = handler
+        self._clock = clock
+        self._queue: asyncio.Queue[QueuedEvent] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self.current: Event | None = None
+        self.processed_count = 0
+
+    def __repr__(self) -> str:
+        return f"EventManager(queued={self._queue.qsize()}, current={self.current!r})"
+
+    @property
+    def queue_size(self) -> int:
+        return self._queue.qsize()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = spawn(self._run(), "controller-event-thread")
+
+    async def close(self) -> None:
+        """Stop the consumer; events still queued are preempted."""
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
+        self._drain()
+
+    def put(self, event: Event) -> QueuedEvent:
+        queued = QueuedEvent(event, self._clock(), asyncio.get_running_loop().create_future())
+        self._queue.put_nowait(queued)
+        metrics.EVENT_QUEUE_SIZE.set(self._queue.qsize())
+        return queued
+
+    def clear_and_put(self, event: Event) -> QueuedEvent:
+        """Preempt everything queued, then queue `event` (Kafka's clearAndPut, used by Expire)."""
+        self._drain()
+        return self.put(event)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                queued = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                break
+            try:
+                queued.event.preempt()
+            finally:
+                queued.done()
+        metrics.EVENT_QUEUE_SIZE.set(self._queue.qsize())
+
+    async def _run(self) -> None:
+        while True:
+            queued = await self._queue.get()
+            metrics.EVENT_QUEUE_SIZE.set(self._queue.qsize())
+            metrics.EVENT_QUEUE_TIME_MS.observe((self._clock() - queued.enqueued_at) * 1000.0)
+            event = queued.event
+            self.current = event
+            metrics.CONTROLLER_STATE.set(int(event.state))
+            try:
+                if isinstance(event, ShutdownEventThread):
+                    return
+                await self._handler(event)
+            except asyncio.CancelledError:
+                event.preempt()
+                raise
+            except Exception:
+                # A failing handler must not stop the loop (ControllerEventThread.doWork).
+                metrics.EVENT_HANDLER_ERRORS.labels(type(event).__name__).inc()
+                log.exception("error processing event %r", event)
+                event.preempt()
+            finally:
+                self.current = None
+                self.processed_count += 1
+                metrics.CONTROLLER_STATE.set(int(ControllerState.IDLE))
+                queued.done()

@@ -1,0 +1,49 @@
+"""gRPC server plumbing shared by controllers and brokers: health service and reflection."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class Health:
+    """grpc.health.v1 for the whole server ("") and for each named service."""
+
+    def __init__(self, server: grpc.aio.Server, service_names: Sequence[str]) -> None:
+        self.servicer = HealthServicer()
+        self._services = ["", *service_names]
+        health_pb2_grpc.add_HealthServicer_to_server(self.servicer, server)
+
+    async def set_serving(self, serving: bool) -> None:
+        status = SERVING if serving else NOT_SERVING
+        for name in self._services:
+            await self.servicer.set(name, status)
+
+
+def enable_reflection(server: grpc.aio.Server, service_names: Sequence[str]) -> None:
+    reflection.enable_server_reflection(
+        [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+        server,
+    )
+
+
+def bind(server: grpc.aio.Server, listen: str) -> int:
+    """Bind insecure `host:port` (port 0: a free one); returns the port."""
+    port = server.add_insecure_port(listen)
+    if port == 0:
+        raise OSError(f"cannot listen on {listen}")
+    return port
+
+
+SERVER_OPTIONS = [
+    ("grpc.max_send_message_length", 256 * 1024 * 1024),
+    ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+    ("grpc.so_reuseport", 0),
+]

@@ -1,0 +1,61 @@
+"""Controller metrics, named as the Prometheus JMX exporter names Kafka's MBeans
+(kafka.controller:type=KafkaController,name=ActiveControllerCount ->
+kafka_controller_kafkacontroller_activecontrollercount), so Kafka dashboards work unchanged.
+Metrics that Kafka does not have are prefixed `kcontroller_`.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Summary, start_http_server
+
+ACTIVE_CONTROLLER_COUNT = Gauge(
+    "kafka_controller_kafkacontroller_activecontrollercount", "1 on the active controller, 0 elsewhere"
+)
+CONTROLLER_STATE = Gauge(
+    "kafka_controller_kafkacontroller_controllerstate", "Kafka ControllerState value of the event in progress"
+)
+GLOBAL_TOPIC_COUNT = Gauge("kafka_controller_kafkacontroller_globaltopiccount", "Topics (active controller)")
+GLOBAL_PARTITION_COUNT = Gauge(
+    "kafka_controller_kafkacontroller_globalpartitioncount", "Partitions (active controller)"
+)
+EVENT_QUEUE_SIZE = Gauge(
+    "kafka_controller_controllereventmanager_eventqueuesize", "Events waiting in the controller event queue"
+)
+EVENT_QUEUE_TIME_MS = Summary(
+    "kafka_controller_controllereventmanager_eventqueuetimems", "Time events wait in the queue (ms)"
+)
+CHANNEL_QUEUE_SIZE = Gauge(
+    "kafka_controller_controllerchannelmanager_queuesize",
+    "Requests waiting to be sent to a broker",
+    ["broker_id"],
+)
+CHANNEL_TOTAL_QUEUE_SIZE = Gauge(
+    "kafka_controller_controllerchannelmanager_totalqueuesize", "Requests waiting for all brokers"
+)
+CHANNEL_QUEUE_TIME_MS = Summary(
+    "kafka_controller_controllerchannelmanager_requestrateandqueuetimems",
+    "Time control requests wait before being sent (ms)",
+    ["broker_id"],
+)
+CONTROLLER_EPOCH = Gauge("kcontroller_controller_epoch", "Controller epoch of the active controller, else 0")
+ELECTIONS_WON = Counter("kcontroller_controller_elections_won_total", "Times this process became controller")
+RESIGNATIONS = Counter("kcontroller_controller_resignations_total", "Times this process resigned")
+EVENT_HANDLER_ERRORS = Counter(
+    "kcontroller_event_handler_errors_total", "Controller events whose processing failed", ["event"]
+)
+CORRUPT_ZNODES = Counter(
+    "kcontroller_corrupt_znodes_total", "Znodes found with data that does not parse", ["kind"]
+)
+ELECTION_BLOCKED = Gauge(
+    "kcontroller_controller_election_blocked", "1 while elections are refused (e.g. corrupt /controller_epoch)"
+)
+REQUEST_ERRORS = Counter(
+    "kcontroller_control_request_errors_total",
+    "Control requests answered with an error or failed in transport",
+    ["broker_id", "api", "error"],
+)
+
+
+def serve(host: str, port: int) -> None:
+    """Expose /metrics on host:port (a daemon thread of prometheus_client)."""
+    start_http_server(port, addr=host)

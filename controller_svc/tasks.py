@@ -1,0 +1,45 @@
+"""Background tasks that never die silently (aiokafka's sender done-callback)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Strong references: asyncio keeps only weak ones to running tasks.
+_RUNNING: set[asyncio.Task[Any]] = set()
+
+
+def spawn(coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
+    """Start a background task whose death (other than cancellation) is logged loudly."""
+    task = asyncio.create_task(coro, name=name)
+    _RUNNING.add(task)
+    task.add_done_callback(_on_done)
+    return task
+
+
+def _on_done(task: asyncio.Task[Any]) -> None:
+    _RUNNING.discard(task)
+    if task.cancelled():
+        return
+    error = task.exception()
+    if error is not None:
+        log.error("background task %s died: %r", task.get_name(), error, exc_info=error)
+
+
+async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
+    live = [t for t in tasks if t is not None and not t.done()]
+    for task in live:
+        task.cancel()
+    for task in live:
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("task %s failed while being cancelled", task.get_name())

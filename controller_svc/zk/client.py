@@ -1,0 +1,420 @@
+"""The aiozk adapter: one ZooKeeper session, watches that only call back, multi-ops with
+per-op results, pipelined reads, and session-loss / new-session notifications.
+
+aiozk exceptions never leave this module: they become `controller_svc.errors` types
+(kazoo's and httpcore's translation at the boundary). Nothing here knows about
+controllers or brokers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiozk
+from aiozk import exc as zk_exc
+from aiozk import protocol
+from aiozk.states import States
+
+from controller_svc.tasks import spawn
+from controller_svc.errors import (
+    ControllerError,
+    ZkBadVersionError,
+    ZkNodeExistsError,
+    ZkNoNodeError,
+    ZkUnavailableError,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ZnodeStat:
+    """The parts of a ZooKeeper Stat the project uses."""
+
+    version: int
+    czxid: int
+    mzxid: int
+    ephemeral_owner: int
+    num_children: int
+
+    @staticmethod
+    def of(stat: Any) -> ZnodeStat:
+        return ZnodeStat(
+            version=stat.version,
+            czxid=stat.created_zxid,
+            mzxid=stat.last_modified_zxid,
+            ephemeral_owner=stat.ephemeral_owner,
+            num_children=stat.num_children,
+        )
+
+
+# --- multi-op operations ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOp:
+    path: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateOp:
+    path: str
+    data: bytes = b""
+    ephemeral: bool = False
+    sequential: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SetDataOp:
+    path: str
+    data: bytes
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteOp:
+    path: str
+    version: int = -1
+
+
+ZkOp = CheckOp | CreateOp | SetDataOp | DeleteOp
+
+
+@dataclass(frozen=True, slots=True)
+class OpResult:
+    """Result of one op of a successful multi: the created path and/or the new stat."""
+
+    op: ZkOp
+    path: str
+    stat: ZnodeStat | None
+
+
+class MultiOpError(ControllerError):
+    """A multi failed; `index` is the op that failed and `cause` its translated error."""
+
+    def __init__(self, index: int, op: ZkOp, cause: ControllerError):
+        super().__init__(f"multi failed at op {index} ({type(op).__name__} {op.path}): {cause}")
+        self.index = index
+        self.op = op
+        self.cause = cause
+
+
+def translate(error: BaseException, path: str = "") -> ControllerError:
+    if isinstance(error, ControllerError):
+        return error
+    if isinstance(error, zk_exc.NodeExists):
+        return ZkNodeExistsError(path)
+    if isinstance(error, zk_exc.NoNode):
+        return ZkNoNodeError(path)
+    if isinstance(error, zk_exc.BadVersion):
+        return ZkBadVersionError(path)
+    if isinstance(error, zk_exc.ZKError | OSError | asyncio.TimeoutError):
+        return ZkUnavailableError(f"ZooKeeper request on {path or '?'} failed: {type(error).__name__} {error}")
+    return ControllerError(f"unexpected ZooKeeper error on {path or '?'}: {type(error).__name__} {error}")
+
+
+def parse_connect_string(connect: str) -> tuple[str, str | None]:
+    """Split Kafka's `host:port,host:port/chroot` into (servers, chroot)."""
+    connect = connect.strip()
+    if not connect:
+        raise ValueError("zookeeper.connect is empty")
+    servers, slash, chroot = connect.partition("/")
+    if not servers:
+        raise ValueError(f"zookeeper.connect {connect!r} has no servers")
+    for server in servers.split(","):
+        host, colon, port = server.rpartition(":")
+        if not colon or not host or not port.isdigit():
+            raise ValueError(f"zookeeper.connect entry {server!r} is not host:port")
+    return servers, ("/" + chroot.strip("/")) if slash and chroot.strip("/") else None
+
+
+class WatchKind(enum.IntEnum):
+    CREATED = protocol.WatchEvent.CREATED
+    DELETED = protocol.WatchEvent.DELETED
+    DATA_CHANGED = protocol.WatchEvent.DATA_CHANGED
+    CHILDREN_CHANGED = protocol.WatchEvent.CHILDREN_CHANGED
+
+
+SessionCallback = Callable[[], None]
+# Called with the kind of event and the path (relative to the chroot). It must only enqueue.
+WatchCallback = Callable[[WatchKind, str], None]
+
+
+class ZkClient:
+    """One ZooKeeper session, re-created by aiozk after expiry.
+
+    `on_session_lost` runs (synchronously, it must only enqueue) when the session is
+    gone; `on_new_session` when a session is connected again after that. Kafka's
+    ZooKeeperClient calls these beforeInitializingSession / afterInitializingSession.
+    """
+
+    def __init__(
+        self,
+        connect: str,
+        session_timeout_ms: int,
+        max_in_flight: int = 100,
+        on_session_lost: SessionCallback | None = None,
+        on_new_session: SessionCallback | None = None,
+    ) -> None:
+        self.connect_string = connect
+        servers, chroot = parse_connect_string(connect)
+        self._servers = servers
+        self._chroot = chroot
+        self._session_timeout_ms = session_timeout_ms
+        self._client: Any = None
+        self._max_in_flight = max(1, max_in_flight)
+        self._on_session_lost = on_session_lost
+        self._on_new_session = on_new_session
+        self._monitor_task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._watches: dict[tuple[WatchKind, str], list[Callable[[str], None]]] = {}
+
+    def __repr__(self) -> str:
+        return f"ZkClient({self.connect_string!r}, session=0x{self.session_id:x})"
+
+    @property
+    def session_id(self) -> int:
+        if self._client is None:
+            return 0
+        return int(self._client.session.session_id or 0)
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None and self._client.session.state == States.CONNECTED
+
+    async def start(self, timeout_s: float | None = None) -> None:
+        self._client = aiozk.ZKClient(
+            self._servers, chroot=self._chroot, session_timeout=self._session_timeout_ms / 1000.0
+        )
+        try:
+            await asyncio.wait_for(self._client.start(), timeout_s)
+        except Exception as e:
+            await self._abandon()
+            raise translate(e, "/") from e
+        self._monitor_task = spawn(self._monitor_session(), "zk-session-monitor")
+        log.info("ZooKeeper session 0x%x established with %s", self.session_id, self.connect_string)
+
+    async def _abandon(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                await asyncio.wait_for(client.close(), 2)
+            except Exception:  # noqa: BLE001 - best effort on a client that never connected
+                log.debug("closing a half-started ZooKeeper client failed", exc_info=True)
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._monitor_task is not None:
+            self._monitor_task.cancel()
+            try:
+                await self._monitor_task
+            except asyncio.CancelledError:
+                pass
+        if self._client is not None:
+            try:
+                await asyncio.wait_for(self._client.close(), 5)
+            except Exception as e:  # noqa: BLE001 - closing is best effort; the session times out anyway
+                log.warning("closing the ZooKeeper session failed: %s", e)
+            self._client = None
+
+    async def _monitor_session(self) -> None:
+        session = self._client.session
+        known_session = self.session_id
+        while not self._closing:
+            await session.state.wait_for(States.LOST)
+            if self._closing:
+                return
+            log.warning("ZooKeeper session 0x%x lost (expired or closed by the server)", known_session)
+            if self._on_session_lost is not None:
+                self._on_session_lost()
+            await session.state.wait_for(States.CONNECTED)
+            if self._closing:
+                return
+            known_session = self.session_id
+            log.warning("new ZooKeeper session 0x%x", known_session)
+            if self._on_new_session is not None:
+                self._on_new_session()
+
+    async def wait_connected(self) -> None:
+        await self._client.session.state.wait_for(States.CONNECTED)
+
+    # --- watches ------------------------------------------------------------------------------
+
+    def watch_data(self, path: str, callback: WatchCallback) -> None:
+        """Call back on created / deleted / data-changed events of `path`.
+
+        The callback stays registered; the server-side watch is one-shot and is re-armed
+        by the next `get`/`exists` with watch=True (as Kafka's ZNodeChangeHandler is).
+        """
+        for kind in (WatchKind.CREATED, WatchKind.DELETED, WatchKind.DATA_CHANGED):
+            self._add_watch(kind, path, callback)
+
+    def watch_children(self, path: str, callback: WatchCallback) -> None:
+        self._add_watch(WatchKind.CHILDREN_CHANGED, path, callback)
+
+    def unwatch(self, path: str) -> None:
+        """Drop every callback registered on `path`."""
+        full = self._client.normalize_path(path)
+        for kind in WatchKind:
+            for wrapper in self._watches.pop((kind, full), []):
+                self._client.session.remove_watch_callback(int(kind), full, wrapper)
+
+    def _add_watch(self, kind: WatchKind, path: str, callback: WatchCallback) -> None:
+        full = self._client.normalize_path(path)
+
+        def fire(_full_path: str) -> None:
+            try:
+                callback(kind, path)
+            except Exception:
+                log.exception("watch callback for %s %s failed", kind.name, path)
+
+        self._watches.setdefault((kind, full), []).append(fire)
+        self._client.session.add_watch_callback(int(kind), full, fire)
+
+    # --- reads ------------------------------------------------------------------------------
+
+    async def get(self, path: str, watch: bool = False) -> tuple[bytes, ZnodeStat]:
+        try:
+            data, stat = await self._client.get(path, watch=watch)
+        except Exception as e:
+            raise translate(e, path) from e
+        return (data or b""), ZnodeStat.of(stat)
+
+    async def get_or_none(self, path: str, watch: bool = False) -> tuple[bytes, ZnodeStat] | None:
+        try:
+            return await self.get(path, watch=watch)
+        except ZkNoNodeError:
+            if watch:
+                # A get on a missing node sets no watch; an exists does (ZooKeeper semantics).
+                if await self.exists(path, watch=True) is not None:
+                    return await self.get(path, watch=watch)
+            return None
+
+    async def exists(self, path: str, watch: bool = False) -> ZnodeStat | None:
+        full = self._client.normalize_path(path)
+        try:
+            response = await self._client.send(protocol.ExistsRequest(path=full, watch=watch))
+        except zk_exc.NoNode:
+            return None
+        except Exception as e:
+            raise translate(e, path) from e
+        return ZnodeStat.of(response.stat)
+
+    async def get_children(self, path: str, watch: bool = False) -> list[str]:
+        try:
+            children = await self._client.get_children(path, watch=watch)
+        except Exception as e:
+            raise translate(e, path) from e
+        return sorted(children)
+
+    async def get_children_or_empty(self, path: str, watch: bool = False) -> list[str]:
+        try:
+            return await self.get_children(path, watch=watch)
+        except ZkNoNodeError:
+            if watch:
+                await self.exists(path, watch=True)
+            return []
+
+    async def pipelined(self, calls: Iterable[Callable[[], Any]]) -> list[Any]:
+        """Run many read coroutines with at most `max_in_flight` outstanding on the session
+        (zookeeper.max.in.flight.requests); results in call order."""
+        semaphore = asyncio.Semaphore(self._max_in_flight)
+
+        async def bounded(call: Callable[[], Any]) -> Any:
+            async with semaphore:
+                return await call()
+
+        return list(await asyncio.gather(*(bounded(c) for c in calls)))
+
+    async def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, ZnodeStat] | None]:
+        """Pipelined reads; a missing znode gives None."""
+        return await self.pipelined([lambda p=p: self.get_or_none(p) for p in paths])  # type: ignore[misc]
+
+    # --- writes -----------------------------------------------------------------------------
+
+    async def create(
+        self, path: str, data: bytes = b"", ephemeral: bool = False, sequential: bool = False
+    ) -> OpResult:
+        result = (await self.multi([CreateOp(path, data, ephemeral, sequential)]))[0]
+        if result.stat is None:
+            # ZooKeeper answers a create inside a multi without the stat; the czxid is needed
+            # (broker epoch), so read it. The znode is ours: nobody else can have replaced it
+            # unless it is already gone, which `exists` reports.
+            stat = await self.exists(result.path)
+            if stat is None:
+                raise ZkNoNodeError(result.path)
+            result = OpResult(result.op, result.path, stat)
+        return result
+
+    async def set_data(self, path: str, data: bytes, version: int = -1) -> ZnodeStat:
+        try:
+            return ZnodeStat.of(await self._client.set(path, data, version))
+        except Exception as e:
+            raise translate(e, path) from e
+
+    async def delete(self, path: str, version: int = -1) -> None:
+        full = self._client.normalize_path(path)
+        try:
+            await self._client.send(protocol.DeleteRequest(path=full, version=version))
+        except Exception as e:
+            raise translate(e, path) from e
+
+    async def ensure_path(self, path: str) -> None:
+        """Create `path` and its parents as persistent empty znodes where missing."""
+        parts = [p for p in path.split("/") if p]
+        current = ""
+        for part in parts:
+            current = f"{current}/{part}"
+            if await self.exists(current) is not None:
+                continue
+            try:
+                await self.create(current)
+            except MultiOpError as e:
+                if not isinstance(e.cause, ZkNodeExistsError):
+                    raise e.cause from e
+
+    async def multi(self, ops: Sequence[ZkOp]) -> list[OpResult]:
+        """Run `ops` atomically. Raises `MultiOpError` naming the op that failed."""
+        if not ops:
+            return []
+        request = protocol.TransactionRequest()
+        normalize = self._client.normalize_path
+        for op in ops:
+            full = normalize(op.path)
+            if isinstance(op, CheckOp):
+                request.add(protocol.CheckVersionRequest(path=full, version=op.version))
+            elif isinstance(op, CreateOp):
+                create = protocol.Create2Request(path=full, data=op.data, acl=self._client.default_acl)
+                create.set_flags(op.ephemeral, op.sequential, False)
+                request.add(create)
+            elif isinstance(op, SetDataOp):
+                request.add(protocol.SetDataRequest(path=full, data=op.data, version=op.version))
+            else:
+                request.add(protocol.DeleteRequest(path=full, version=op.version))
+        try:
+            response = await self._client.send(request)
+        except Exception as e:
+            raise translate(e, ops[0].path) from e
+        results: list[OpResult] = []
+        for index, (op, reply) in enumerate(zip(ops, response.responses, strict=False)):
+            if isinstance(reply, BaseException):
+                if isinstance(reply, zk_exc.RolledBack | zk_exc.RuntimeInconsistency):
+                    continue
+                raise MultiOpError(index, op, translate(reply, op.path))
+            path = self._client.denormalize_path(getattr(reply, "path", None) or normalize(op.path))
+            stat = getattr(reply, "stat", None)
+            results.append(OpResult(op, path, ZnodeStat.of(stat) if stat is not None else None))
+        if len(results) != len(ops):
+            # Every op was rolled back without a named cause: treat as unavailable and let the caller retry.
+            raise ZkUnavailableError(f"multi of {len(ops)} ops rolled back without an error")
+        return results
+
+

@@ -1,0 +1,248 @@
+"""Start and stop a local ZooKeeper (standalone or a 3-node ensemble on localhost ports)
+from the installed package (Debian's `zookeeper`; or ZOOKEEPER_HOME / ZOOKEEPER_CLASSPATH).
+
+Used by the tests, the demo and `controller-svc cluster up`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+
+DEBIAN_JAR = "/usr/share/java/zookeeper.jar"
+DEBIAN_CONF = "/etc/zookeeper/conf"
+
+
+class ZooKeeperLaunchError(RuntimeError):
+    pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def classpath() -> str:
+    explicit = os.environ.get("ZOOKEEPER_CLASSPATH")
+    if explicit:
+        return explicit
+    home = os.environ.get("ZOOKEEPER_HOME")
+    if home:
+        jars = sorted(str(p) for p in pathlib.Path(home).glob("lib/*.jar"))
+        jars += sorted(str(p) for p in pathlib.Path(home).glob("*.jar"))
+        if jars:
+            return os.pathsep.join(jars)
+    if os.path.exists(DEBIAN_JAR):
+        # The Debian jar's manifest names its dependencies in /usr/share/java.
+        return os.pathsep.join([DEBIAN_CONF, DEBIAN_JAR])
+    raise ZooKeeperLaunchError(
+        "ZooKeeper is not installed: install Debian's package (apt-get install -y zookeeper) "
+        "or set ZOOKEEPER_HOME to an unpacked Apache ZooKeeper release"
+    )
+
+
+def java() -> str:
+    found = shutil.which("java")
+    if found is None:
+        raise ZooKeeperLaunchError("no java on PATH (Debian: apt-get install -y default-jre-headless)")
+    return found
+
+
+def four_letter_word(host: str, port: int, word: bytes, timeout: float = 1.0) -> bytes:
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(word)
+        chunks = []
+        while True:
+            data = s.recv(4096)
+            if not data:
+                break
+            chunks.append(data)
+    return b"".join(chunks)
+
+
+def is_serving(host: str, port: int) -> bool:
+    """`ruok` says the process is up; `srvr` says it has joined a quorum and serves."""
+    try:
+        if four_letter_word(host, port, b"ruok") != b"imok":
+            return False
+        return b"Mode:" in four_letter_word(host, port, b"srvr")
+    except OSError:
+        return False
+
+
+@dataclasses.dataclass
+class ZooKeeperNode:
+    server_id: int
+    client_port: int
+    data_dir: pathlib.Path
+    process: subprocess.Popen[bytes] | None = None
+    pid: int | None = None
+
+
+@dataclasses.dataclass
+class ZooKeeper:
+    nodes: list[ZooKeeperNode]
+    host: str = "127.0.0.1"
+
+    @property
+    def connect(self) -> str:
+        return ",".join(f"{self.host}:{n.client_port}" for n in self.nodes)
+
+    @property
+    def pids(self) -> list[int]:
+        return [n.pid for n in self.nodes if n.pid is not None]
+
+    def stop_node(self, index: int, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+        node = self.nodes[index]
+        if node.pid is not None:
+            stop_pid(node.pid, sig, timeout, node.process)
+            node.pid = None
+            node.process = None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        for i in range(len(self.nodes)):
+            self.stop_node(i, timeout=timeout)
+
+
+def stop_pid(
+    pid: int, sig: int = signal.SIGTERM, timeout: float = 10.0, process: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Signal `pid`, wait up to `timeout`, then SIGKILL."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid, process):
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    while _alive(pid, process):
+        time.sleep(0.05)
+
+
+def _alive(pid: int, process: subprocess.Popen[bytes] | None) -> bool:
+    if process is not None:
+        return process.poll() is None
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        if waited == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not reaped by its parent) counts as dead.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _config(node: ZooKeeperNode, peers: Sequence[tuple[int, int, int]], tick_ms: int) -> str:
+    lines = [
+        f"tickTime={tick_ms}",
+        f"dataDir={node.data_dir}",
+        f"clientPort={node.client_port}",
+        "clientPortAddress=127.0.0.1",
+        "initLimit=20",
+        "syncLimit=10",
+        "maxClientCnxns=0",
+        "admin.enableServer=false",
+        "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons,conf,wchs",
+        f"minSessionTimeout={max(2 * tick_ms, 1000)}",
+        "maxSessionTimeout=120000",
+        "autopurge.purgeInterval=0",
+    ]
+    for server_id, peer_port, election_port in peers:
+        lines.append(f"server.{server_id}=127.0.0.1:{peer_port}:{election_port}")
+    return "\n".join(lines) + "\n"
+
+
+def start(
+    base_dir: str | os.PathLike[str],
+    nodes: int = 1,
+    tick_ms: int = 500,
+    detach: bool = False,
+    wait_s: float = 60.0,
+    heap_mb: int = 256,
+) -> ZooKeeper:
+    """Start a standalone ZooKeeper (nodes=1) or an ensemble on free localhost ports,
+    each with its own data directory under `base_dir`, and wait until it serves."""
+    base = pathlib.Path(base_dir)
+    base.mkdir(parents=True, exist_ok=True)
+    cp = classpath()
+    java_bin = java()
+    zk_nodes = [ZooKeeperNode(i + 1, free_port(), base / f"zk-{i + 1}") for i in range(nodes)]
+    peers = [(n.server_id, free_port(), free_port()) for n in zk_nodes] if nodes > 1 else []
+    main_class = (
+        "org.apache.zookeeper.server.ZooKeeperServerMain" if nodes == 1
+        else "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+    )
+    ensemble = ZooKeeper(zk_nodes)
+    try:
+        for node in zk_nodes:
+            node.data_dir.mkdir(parents=True, exist_ok=True)
+            if nodes > 1:
+                (node.data_dir / "myid").write_text(f"{node.server_id}\n")
+            cfg = node.data_dir / "zoo.cfg"
+            cfg.write_text(_config(node, peers, tick_ms))
+            log_file = open(node.data_dir / "zookeeper.log", "ab")  # noqa: SIM115 - handed to the child
+            command = [
+                java_bin,
+                f"-Xmx{heap_mb}m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                f"-Dzookeeper.log.dir={node.data_dir}",
+                "-Dzookeeper.admin.enableServer=false",
+                "-cp",
+                cp,
+                main_class,
+                str(cfg),
+            ]
+            node.process = subprocess.Popen(
+                command,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=detach,
+                cwd=node.data_dir,
+            )
+            log_file.close()
+            node.pid = node.process.pid
+        deadline = time.monotonic() + wait_s
+        for node in zk_nodes:
+            while not is_serving("127.0.0.1", node.client_port):
+                if node.process is not None and node.process.poll() is not None:
+                    raise ZooKeeperLaunchError(
+                        f"ZooKeeper {node.server_id} exited with {node.process.returncode}; "
+                        f"see {node.data_dir / 'zookeeper.log'}"
+                    )
+                if time.monotonic() > deadline:
+                    raise ZooKeeperLaunchError(
+                        f"ZooKeeper {node.server_id} did not serve on port {node.client_port} within {wait_s:.0f} s"
+                    )
+                time.sleep(0.1)
+    except BaseException:
+        ensemble.stop(timeout=2)
+        raise
+    if detach:
+        # The launcher exits; nobody will wait() for these children through Popen.
+        for node in zk_nodes:
+            node.process = None
+    return ensemble
