@@ -84,7 +84,8 @@ async def run_controller(config: Config) -> int:
         loop.add_signal_handler(sig, stop.set)
 
     await zk.start(timeout_s=config.int("zookeeper.connection.timeout.ms") / 1000.0)
-    await zk.ensure_path(paths.CONTROLLER_ENDPOINTS)
+    for path in paths.PERSISTENT_PATHS:  # KafkaZkClient.createTopLevelPaths
+        await zk.ensure_path(path)
     # Ready once Startup has been processed: elected, or a standby watching /controller.
     await controller.start().processed
     await health.set_serving(True)

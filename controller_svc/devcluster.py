@@ -150,6 +150,7 @@ def up(
     controller_overrides: dict[str, str] | None = None,
     broker_overrides: dict[str, str] | None = None,
     wait_s: float = 90.0,
+    wait: bool = True,
 ) -> dict[str, Any]:
     base = pathlib.Path(directory).resolve()
     if (base / CLUSTER_FILE).exists():
@@ -184,7 +185,8 @@ def up(
             spec["brokers"].append({"id": broker_id, "pid": pid, "grpc": f"127.0.0.1:{grpc_port}",
                                     "command": command})
         write_spec(base, spec)
-        asyncio.run(wait_converged(spec, wait_s))
+        if wait:
+            asyncio.run(wait_converged(spec, wait_s))
     except BaseException:
         down(str(base), grace_s=2)
         raise
@@ -235,10 +237,14 @@ def format_status(spec: dict[str, Any], snap: ClusterSnapshot) -> str:
     ]
     for c in spec["controllers"]:
         role = "ACTIVE" if c["id"] == snap.controller_id else "standby"
+        if not zookeeper_launcher.pid_alive(c["pid"]):
+            role = "NOT RUNNING"
         lines.append(f"{'controller-' + str(c['id']):<14}{c['pid']:>8}  {c['grpc']:<22}{role}")
     for b in spec["brokers"]:
         r = snap.brokers.get(b["id"])
-        if r is None:
+        if not zookeeper_launcher.pid_alive(b["pid"]):
+            state = "NOT RUNNING"
+        elif r is None:
             state = "UNREACHABLE"
         else:
             state = (f"{'registered' if r.registered else 'UNREGISTERED'} broker_epoch={r.broker_epoch} "

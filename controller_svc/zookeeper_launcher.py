@@ -133,6 +133,10 @@ def stop_pid(
         time.sleep(0.05)
 
 
+def pid_alive(pid: int) -> bool:
+    return _alive(pid, None)
+
+
 def _alive(pid: int, process: subprocess.Popen[bytes] | None) -> bool:
     if process is not None:
         return process.poll() is None

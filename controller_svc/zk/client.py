@@ -258,7 +258,10 @@ class ZkClient:
             self._add_watch(kind, path, callback)
 
     def watch_children(self, path: str, callback: WatchCallback) -> None:
+        """Call back when the children of `path` change, or when `path` itself is created
+        (a children read of a missing node arms an exists watch instead)."""
         self._add_watch(WatchKind.CHILDREN_CHANGED, path, callback)
+        self._add_watch(WatchKind.CREATED, path, callback)
 
     def unwatch(self, path: str) -> None:
         """Drop every callback registered on `path`."""
