@@ -64,7 +64,10 @@ class BrokerRegistration:
             if not waited_logged:
                 log.warning(
                     "%s is held by session 0x%x (a previous run of this broker?); waiting up to %.0f s for it "
-                    "to expire", self.path, got[1].ephemeral_owner, remaining,
+                    "to expire",
+                    self.path,
+                    got[1].ephemeral_owner,
+                    remaining,
                 )
                 waited_logged = True
             await self._wait_for_deletion(min(remaining, 1.0))

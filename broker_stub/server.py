@@ -34,9 +34,13 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
             log.warning(
                 "rejected %s from controller %d epoch %d (broker epoch %d): %s (we are at controller epoch %d, "
                 "broker epoch %d)",
-                api, getattr(request, "controller_id"), controller_epoch,  # noqa: B009
-                getattr(request, "broker_epoch"), result.error.name,  # noqa: B009
-                self.state.controller_epoch, self.state.broker_epoch,
+                api,
+                request.controller_id,
+                controller_epoch,
+                request.broker_epoch,
+                result.error.name,
+                self.state.controller_epoch,
+                self.state.broker_epoch,
             )
         self.state_log.record(
             "request.received",

@@ -160,7 +160,11 @@ class RequestSender:
                 if attempts == 1 or attempts % 50 == 0:
                     log.warning(
                         "%s to broker %d (correlation %d) failed (%s); resending every %.0f ms",
-                        item.api.value, broker_id, correlation_id, error, self._backoff_s * 1000,
+                        item.api.value,
+                        broker_id,
+                        correlation_id,
+                        error,
+                        self._backoff_s * 1000,
                     )
                 await asyncio.sleep(self._backoff_s)
         rtt_ms = (time.monotonic() - started) * 1000.0
@@ -187,7 +191,7 @@ class RequestSender:
         metrics.CHANNEL_QUEUE_SIZE.labels(self._label).set(0)
         try:
             await self.client.close()
-        except Exception:  # noqa: BLE001 - the broker may already be gone
+        except Exception:
             log.debug("closing the channel to broker %d failed", self.broker.broker_id, exc_info=True)
 
 

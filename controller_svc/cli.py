@@ -12,7 +12,10 @@ from controller_svc import config as cfg
 def _add_config_args(parser: argparse.ArgumentParser, keys: tuple[cfg.Key, ...]) -> None:
     parser.add_argument("--config", metavar="FILE", help="properties file with the keys below")
     parser.add_argument(
-        "--override", action="append", metavar="KEY=VALUE", default=[],
+        "--override",
+        action="append",
+        metavar="KEY=VALUE",
+        default=[],
         help="set one config key (repeatable); wins over the file and KCONTROLLER_* environment variables",
     )
     parser.epilog = "config keys:\n" + cfg.describe(keys)
@@ -44,7 +47,7 @@ def run_process(kind: str, args: argparse.Namespace) -> int:
         return uvloop.run(runner(config))
     except KeyboardInterrupt:
         return 130
-    except Exception as e:  # noqa: BLE001 - report start-up failures in one line, then exit non-zero
+    except Exception as e:
         import logging
 
         logging.getLogger(kind).exception("%s %d failed: %s", kind, node_id, e)
@@ -67,8 +70,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     up.add_argument("--brokers", type=int, default=3)
     up.add_argument("--dir", required=True)
     up.add_argument("--zookeeper", help="use this ZooKeeper (host:port[/chroot]) instead of starting one")
-    up.add_argument("--session-timeout-ms", type=int, default=6000,
-                    help="zookeeper.session.timeout.ms of every node (default 6000 for a local cluster)")
+    up.add_argument(
+        "--session-timeout-ms",
+        type=int,
+        default=6000,
+        help="zookeeper.session.timeout.ms of every node (default 6000 for a local cluster)",
+    )
     up.add_argument("--controller-override", action="append", default=[], metavar="KEY=VALUE")
     up.add_argument("--broker-override", action="append", default=[], metavar="KEY=VALUE")
     down = cluster_sub.add_parser("down", help="stop everything `up` started")
@@ -103,8 +110,13 @@ def run_cluster(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             if args.controllers < 1 or args.brokers < 0:
                 parser.error("--controllers must be >= 1 and --brokers >= 0")
             spec = devcluster.up(
-                args.dir, args.controllers, args.brokers, args.zookeeper, args.session_timeout_ms,
-                cfg.parse_overrides(args.controller_override), cfg.parse_overrides(args.broker_override),
+                args.dir,
+                args.controllers,
+                args.brokers,
+                args.zookeeper,
+                args.session_timeout_ms,
+                cfg.parse_overrides(args.controller_override),
+                cfg.parse_overrides(args.broker_override),
             )
             print(devcluster.status(args.dir))
             print(f"\nwrote {args.dir}/cluster.json; logs in {spec['logs']}")

@@ -38,7 +38,7 @@ def _non_negative(value: Any) -> str | None:
 
 
 def _host_port(value: Any) -> str | None:
-    host, colon, port = str(value).rpartition(":")
+    _host, colon, port = str(value).rpartition(":")
     if not colon or not port.isdigit() or int(port) > 65535:
         return "must be host:port (port 0 picks a free port)"
     return None
@@ -53,38 +53,67 @@ def _zk_connect(value: Any) -> str | None:
 
 
 COMMON_KEYS: tuple[Key, ...] = (
-    Key("zookeeper.connect", str, "127.0.0.1:2181", "ZooKeeper connect string, host:port[,host:port][/chroot]",
-        _zk_connect),
+    Key(
+        "zookeeper.connect",
+        str,
+        "127.0.0.1:2181",
+        "ZooKeeper connect string, host:port[,host:port][/chroot]",
+        _zk_connect,
+    ),
     Key("zookeeper.session.timeout.ms", int, 18000, "ZooKeeper session timeout", _positive),
-    Key("zookeeper.connection.timeout.ms", int, 18000, "How long start-up waits for a first session",
-        _positive),
-    Key("zookeeper.max.in.flight.requests", int, 100,
+    Key("zookeeper.connection.timeout.ms", int, 18000, "How long start-up waits for a first session", _positive),
+    Key(
+        "zookeeper.max.in.flight.requests",
+        int,
+        100,
         "Pipelined ZooKeeper requests in flight per session (Kafka's default is 10; loading metadata is "
-        "faster with more)", _positive),
+        "faster with more)",
+        _positive,
+    ),
     Key("state.change.log.dir", str, "", "Directory of <node>.state-change.jsonl (empty: no file)"),
     Key("grpc.listen", str, "127.0.0.1:0", "gRPC listen address host:port", _host_port),
     Key("grpc.advertised.host", str, "", "Host to advertise for the gRPC endpoint (default: listen host)"),
     Key("metrics.listen", str, "127.0.0.1:0", "Prometheus /metrics address host:port", _host_port),
-    Key("log.format", str, "plain", "Process log format: plain or json",
-        lambda v: None if v in ("plain", "json") else "must be plain or json"),
-    Key("log.level", str, "INFO", "Process log level",
-        lambda v: None if v.upper() in ("DEBUG", "INFO", "WARNING", "ERROR") else "must be a log level"),
+    Key(
+        "log.format",
+        str,
+        "plain",
+        "Process log format: plain or json",
+        lambda v: None if v in ("plain", "json") else "must be plain or json",
+    ),
+    Key(
+        "log.level",
+        str,
+        "INFO",
+        "Process log level",
+        lambda v: None if v.upper() in ("DEBUG", "INFO", "WARNING", "ERROR") else "must be a log level",
+    ),
 )
 
 CONTROLLER_KEYS: tuple[Key, ...] = (
     Key("controller.id", int, 1, "Id of this controller (written into /controller)", _non_negative),
     Key("controller.socket.timeout.ms", int, 30000, "Timeout of one control request to a broker", _positive),
     Key("controller.retry.backoff.ms", int, 100, "Wait before resending a failed control request", _positive),
-    Key("controller.election.retry.ms", int, 2000,
-        "Retry interval of an election refused for a corrupt /controller_epoch", _positive),
+    Key(
+        "controller.election.retry.ms",
+        int,
+        2000,
+        "Retry interval of an election refused for a corrupt /controller_epoch",
+        _positive,
+    ),
     *COMMON_KEYS,
 )
 
 BROKER_KEYS: tuple[Key, ...] = (
     Key("broker.id", int, 1, "Id of this broker (/brokers/ids/<id>)", _non_negative),
     Key("broker.rack", str, "", "Rack of this broker (empty: none)"),
-    Key("broker.registration.wait.ms", int, 60000,
-        "How long a restarted broker waits for its previous registration to expire", _positive),
+    Key(
+        "broker.registration.wait.ms",
+        int,
+        60000,
+        "How long a restarted broker waits for its previous registration to expire",
+        _positive,
+    ),
     *COMMON_KEYS,
 )
 

@@ -179,9 +179,7 @@ class Controller:
                     await self._process_broker_change()
             case ev.ControlRequestCompleted():
                 if event.error_code:
-                    log.warning(
-                        "broker %d answered %s with error %d", event.broker_id, event.api, event.error_code
-                    )
+                    log.warning("broker %d answered %s with error %d", event.broker_id, event.api, event.error_code)
             case ev.DescribeCluster():
                 await self._describe(event)
             case _:
@@ -194,11 +192,7 @@ class Controller:
         if active is None:
             self.active_controller_id = -1
             return -1
-        if (
-            active.controller_id == self.id
-            and active.ephemeral_owner == self.zk.session_id
-            and not self.is_active
-        ):
+        if active.controller_id == self.id and active.ephemeral_owner == self.zk.session_id and not self.is_active:
             # /controller names us from before a resignation of this same session (for
             # instance the epoch was bumped behind our back): release it so a real election runs.
             log.warning("controller %d: /controller is ours but we are not active; deleting it", self.id)
@@ -268,8 +262,8 @@ class Controller:
         was_active = self.is_active
         active = await self.store.read_active_controller(watch=True)
         self.active_controller_id = active.controller_id if active else -1
-        still_ours = active is not None and active.controller_id == self.id and (
-            active.ephemeral_owner == self.zk.session_id
+        still_ours = (
+            active is not None and active.controller_id == self.id and (active.ephemeral_owner == self.zk.session_id)
         )
         if was_active and not still_ours:
             await self._on_resignation(
@@ -294,9 +288,7 @@ class Controller:
         metrics.ACTIVE_CONTROLLER_COUNT.set(1)
         metrics.CONTROLLER_EPOCH.set(self.context.epoch)
         metrics.ELECTIONS_WON.inc()
-        self.state_log.record(
-            "controller.elected", controller_id=self.id, controller_epoch=self.context.epoch
-        )
+        self.state_log.record("controller.elected", controller_id=self.id, controller_epoch=self.context.epoch)
         if self.on_role_change is not None:
             self.on_role_change(True)
         self.zk.watch_children(paths.BROKER_IDS, self._on_broker_ids)
@@ -320,7 +312,11 @@ class Controller:
             self._send_update_metadata(broker_id, all_partitions)
         log.info(
             "controller %d is active: epoch %d, %d live brokers, %d topics, %d partitions",
-            self.id, self.context.epoch, len(brokers), len(self.context.assignments), len(all_partitions),
+            self.id,
+            self.context.epoch,
+            len(brokers),
+            len(self.context.assignments),
+            len(all_partitions),
         )
 
     async def _on_resignation(self, reason: str) -> None:
@@ -354,7 +350,10 @@ class Controller:
             return
         log.info(
             "broker change: new %s, dead %s, bounced %s, endpoints changed %s",
-            sorted(diff.new), sorted(diff.dead), sorted(diff.bounced), sorted(diff.changed_endpoints),
+            sorted(diff.new),
+            sorted(diff.dead),
+            sorted(diff.bounced),
+            sorted(diff.changed_endpoints),
         )
         assert self.channels is not None
         for broker_id in diff.dead | diff.bounced | diff.changed_endpoints:
@@ -411,7 +410,8 @@ class Controller:
             if got is not None:
                 log.warning(
                     "%s is held by another session (a previous run of controller %d?); waiting for it to expire",
-                    path, self.id,
+                    path,
+                    self.id,
                 )
             await asyncio.sleep(1.0)
 
@@ -445,4 +445,3 @@ class Controller:
         )
         if not event.reply.done():
             event.reply.set_result(description)
-

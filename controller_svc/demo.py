@@ -22,16 +22,19 @@ def run_demo(directory: str | None, session_timeout_ms: int) -> int:
         print(devcluster.status(base))
         before = asyncio.run(devcluster.snapshot(spec))
         victim = next(c for c in spec["controllers"] if c["id"] == before.controller_id)
-        print(f"\n== kill -9 of the active controller {victim['id']} (pid {victim['pid']}, epoch "
-              f"{before.controller_epoch})")
-        print(f"   its ZooKeeper session ({session_timeout_ms} ms timeout) must expire before a standby "
-              "can take over")
+        print(
+            f"\n== kill -9 of the active controller {victim['id']} (pid {victim['pid']}, epoch "
+            f"{before.controller_epoch})"
+        )
+        print(f"   its ZooKeeper session ({session_timeout_ms} ms timeout) must expire before a standby can take over")
         killed_at = time.monotonic()
         os.kill(victim["pid"], signal.SIGKILL)
         after = asyncio.run(devcluster.wait_converged(spec, 60.0, min_epoch=before.controller_epoch + 1))
         took = time.monotonic() - killed_at
-        print(f"\n== controller {after.controller_id} took over with epoch {after.controller_epoch}; every broker "
-              f"applied its UpdateMetadata {took:.2f} s after the kill\n")
+        print(
+            f"\n== controller {after.controller_id} took over with epoch {after.controller_epoch}; every broker "
+            f"applied its UpdateMetadata {took:.2f} s after the kill\n"
+        )
         print(devcluster.status(base))
         print(f"\nstate-change logs: {spec['logs']}")
     finally:

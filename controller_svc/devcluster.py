@@ -33,8 +33,16 @@ class ClusterError(RuntimeError):
     pass
 
 
-def node_command(kind: str, node_id: int, zookeeper: str, logs: str, grpc_port: int, metrics_port: int,
-                 session_timeout_ms: int, overrides: dict[str, str]) -> list[str]:
+def node_command(
+    kind: str,
+    node_id: int,
+    zookeeper: str,
+    logs: str,
+    grpc_port: int,
+    metrics_port: int,
+    session_timeout_ms: int,
+    overrides: dict[str, str],
+) -> list[str]:
     id_key = "controller.id" if kind == "controller" else "broker.id"
     settings = {
         id_key: str(node_id),
@@ -128,13 +136,19 @@ async def wait_converged(spec: dict[str, Any], timeout_s: float, min_epoch: int 
     while time.monotonic() < deadline:
         try:
             last = await snapshot(spec)
-        except Exception:  # noqa: BLE001 - ZooKeeper may still be starting
+        except Exception:
             await asyncio.sleep(0.2)
             continue
-        if last.controller_id >= 0 and last.controller_epoch >= min_epoch and all(
-            r is not None and r.registered and r.controller_epoch == last.controller_epoch
-            and r.update_metadata_count > 0
-            for r in last.brokers.values()
+        if (
+            last.controller_id >= 0
+            and last.controller_epoch >= min_epoch
+            and all(
+                r is not None
+                and r.registered
+                and r.controller_epoch == last.controller_epoch
+                and r.update_metadata_count > 0
+                for r in last.brokers.values()
+            )
         ):
             return last
         await asyncio.sleep(0.1)
@@ -172,18 +186,33 @@ def up(
     try:
         for controller_id in range(1, controllers + 1):
             grpc_port, metrics_port = zookeeper_launcher.free_port(), zookeeper_launcher.free_port()
-            command = node_command("controller", controller_id, zookeeper, str(logs), grpc_port, metrics_port,
-                                   session_timeout_ms, controller_overrides or {})
+            command = node_command(
+                "controller",
+                controller_id,
+                zookeeper,
+                str(logs),
+                grpc_port,
+                metrics_port,
+                session_timeout_ms,
+                controller_overrides or {},
+            )
             pid = spawn_node(command, logs / f"controller-{controller_id}.log")
-            spec["controllers"].append({"id": controller_id, "pid": pid, "grpc": f"127.0.0.1:{grpc_port}",
-                                        "metrics": f"127.0.0.1:{metrics_port}", "command": command})
+            spec["controllers"].append(
+                {
+                    "id": controller_id,
+                    "pid": pid,
+                    "grpc": f"127.0.0.1:{grpc_port}",
+                    "metrics": f"127.0.0.1:{metrics_port}",
+                    "command": command,
+                }
+            )
         for broker_id in range(1, brokers + 1):
             grpc_port = zookeeper_launcher.free_port()
-            command = node_command("broker", broker_id, zookeeper, str(logs), grpc_port, 0,
-                                   session_timeout_ms, broker_overrides or {})
+            command = node_command(
+                "broker", broker_id, zookeeper, str(logs), grpc_port, 0, session_timeout_ms, broker_overrides or {}
+            )
             pid = spawn_node(command, logs / f"broker-{broker_id}.log")
-            spec["brokers"].append({"id": broker_id, "pid": pid, "grpc": f"127.0.0.1:{grpc_port}",
-                                    "command": command})
+            spec["brokers"].append({"id": broker_id, "pid": pid, "grpc": f"127.0.0.1:{grpc_port}", "command": command})
         write_spec(base, spec)
         if wait:
             asyncio.run(wait_converged(spec, wait_s))
@@ -247,9 +276,11 @@ def format_status(spec: dict[str, Any], snap: ClusterSnapshot) -> str:
         elif r is None:
             state = "UNREACHABLE"
         else:
-            state = (f"{'registered' if r.registered else 'UNREGISTERED'} broker_epoch={r.broker_epoch} "
-                     f"controller_epoch={r.controller_epoch} live={len(r.live_brokers)} "
-                     f"partitions={len(r.roles)} leading={sum(1 for x in r.roles if x.role == 'leader')}")
+            state = (
+                f"{'registered' if r.registered else 'UNREGISTERED'} broker_epoch={r.broker_epoch} "
+                f"controller_epoch={r.controller_epoch} live={len(r.live_brokers)} "
+                f"partitions={len(r.roles)} leading={sum(1 for x in r.roles if x.role == 'leader')}"
+            )
         lines.append(f"{'broker-' + str(b['id']):<14}{b['pid']:>8}  {b['grpc']:<22}{state}")
     return "\n".join(lines)
 

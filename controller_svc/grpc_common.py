@@ -36,7 +36,7 @@ def enable_reflection(server: grpc.aio.Server, service_names: Sequence[str]) -> 
 
 def bind(server: grpc.aio.Server, listen: str) -> int:
     """Bind insecure `host:port` (port 0: a free one); returns the port."""
-    port = server.add_insecure_port(listen)
+    port = int(server.add_insecure_port(listen))
     if port == 0:
         raise OSError(f"cannot listen on {listen}")
     return port

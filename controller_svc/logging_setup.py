@@ -26,8 +26,9 @@ def setup(node: str, level: str = "INFO", fmt: str = "plain") -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        formatter = logging.Formatter(f"%(asctime)s.%(msecs)03d {node} %(levelname)s %(name)s: %(message)s",
-                                      "%Y-%m-%dT%H:%M:%S")
+        formatter = logging.Formatter(
+            f"%(asctime)s.%(msecs)03d {node} %(levelname)s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S"
+        )
         formatter.converter = time.gmtime
         handler.setFormatter(formatter)
     root = logging.getLogger()

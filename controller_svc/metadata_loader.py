@@ -3,6 +3,7 @@ znode in series). Corrupt znodes are reported, counted and skipped; they never s
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from controller_svc import metrics
@@ -25,7 +26,7 @@ async def load_brokers(zk: ZkClient, watch: bool) -> dict[int, BrokerInfo]:
         else:
             metrics.CORRUPT_ZNODES.labels("broker").inc()
             log.error("ignoring %s/%s: not a broker id", paths.BROKER_IDS, child)
-    reads = await zk.pipelined([lambda b=b: zk.get_or_none(paths.broker_path(b), watch=watch) for b in ids])
+    reads = await zk.pipelined([functools.partial(zk.get_or_none, paths.broker_path(b), watch=watch) for b in ids])
     brokers: dict[int, BrokerInfo] = {}
     for broker_id, got in zip(ids, reads, strict=True):
         if got is None:

@@ -43,9 +43,7 @@ RESIGNATIONS = Counter("kcontroller_controller_resignations_total", "Times this 
 EVENT_HANDLER_ERRORS = Counter(
     "kcontroller_event_handler_errors_total", "Controller events whose processing failed", ["event"]
 )
-CORRUPT_ZNODES = Counter(
-    "kcontroller_corrupt_znodes_total", "Znodes found with data that does not parse", ["kind"]
-)
+CORRUPT_ZNODES = Counter("kcontroller_corrupt_znodes_total", "Znodes found with data that does not parse", ["kind"])
 ELECTION_BLOCKED = Gauge(
     "kcontroller_controller_election_blocked", "1 while elections are refused (e.g. corrupt /controller_epoch)"
 )

@@ -16,9 +16,7 @@ def live_broker_message(info: BrokerInfo) -> common_pb2.LiveBroker:
     return common_pb2.LiveBroker(
         id=info.broker_id,
         endpoints=[
-            common_pb2.Endpoint(
-                listener=e.listener, host=e.host, port=e.port, security_protocol=e.security_protocol
-            )
+            common_pb2.Endpoint(listener=e.listener, host=e.host, port=e.port, security_protocol=e.security_protocol)
             for e in info.endpoints
         ],
         rack=info.rack or "",

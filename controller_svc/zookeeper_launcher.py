@@ -195,7 +195,8 @@ def start(
     zk_nodes = [ZooKeeperNode(i + 1, free_port(), base / f"zk-{i + 1}") for i in range(nodes)]
     peers = [(n.server_id, free_port(), free_port()) for n in zk_nodes] if nodes > 1 else []
     main_class = (
-        "org.apache.zookeeper.server.ZooKeeperServerMain" if nodes == 1
+        "org.apache.zookeeper.server.ZooKeeperServerMain"
+        if nodes == 1
         else "org.apache.zookeeper.server.quorum.QuorumPeerMain"
     )
     ensemble = ZooKeeper(zk_nodes)

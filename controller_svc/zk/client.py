@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,6 @@ from aiozk import exc as zk_exc
 from aiozk import protocol
 from aiozk.states import States
 
-from controller_svc.tasks import spawn
 from controller_svc.errors import (
     ControllerError,
     ZkBadVersionError,
@@ -28,6 +28,7 @@ from controller_svc.errors import (
     ZkNoNodeError,
     ZkUnavailableError,
 )
+from controller_svc.tasks import spawn
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +208,7 @@ class ZkClient:
         if client is not None:
             try:
                 await asyncio.wait_for(client.close(), 2)
-            except Exception:  # noqa: BLE001 - best effort on a client that never connected
+            except Exception:
                 log.debug("closing a half-started ZooKeeper client failed", exc_info=True)
 
     async def close(self) -> None:
@@ -221,7 +222,7 @@ class ZkClient:
         if self._client is not None:
             try:
                 await asyncio.wait_for(self._client.close(), 5)
-            except Exception as e:  # noqa: BLE001 - closing is best effort; the session times out anyway
+            except Exception as e:
                 log.warning("closing the ZooKeeper session failed: %s", e)
             self._client = None
 
@@ -284,11 +285,23 @@ class ZkClient:
 
     # --- reads ------------------------------------------------------------------------------
 
+    async def _read(self, path: str, call: Callable[[], Any]) -> Any:
+        """Run an idempotent read, retrying through a connection loss (e.g. the ZooKeeper
+        server we were connected to died) for up to one session timeout, as Kafka's
+        ZooKeeperClient does; only then report the session as unavailable."""
+        deadline = asyncio.get_running_loop().time() + self._session_timeout_ms / 1000.0
+        while True:
+            try:
+                return await call()
+            except (zk_exc.TimeoutError, zk_exc.ConnectError, zk_exc.ConnectionLoss, OSError) as e:
+                if asyncio.get_running_loop().time() >= deadline or self._closing:
+                    raise translate(e, path) from e
+                await asyncio.sleep(0.1)
+            except Exception as e:
+                raise translate(e, path) from e
+
     async def get(self, path: str, watch: bool = False) -> tuple[bytes, ZnodeStat]:
-        try:
-            data, stat = await self._client.get(path, watch=watch)
-        except Exception as e:
-            raise translate(e, path) from e
+        data, stat = await self._read(path, lambda: self._client.get(path, watch=watch))
         return (data or b""), ZnodeStat.of(stat)
 
     async def get_or_none(self, path: str, watch: bool = False) -> tuple[bytes, ZnodeStat] | None:
@@ -304,18 +317,13 @@ class ZkClient:
     async def exists(self, path: str, watch: bool = False) -> ZnodeStat | None:
         full = self._client.normalize_path(path)
         try:
-            response = await self._client.send(protocol.ExistsRequest(path=full, watch=watch))
-        except zk_exc.NoNode:
+            response = await self._read(path, lambda: self._client.send(protocol.ExistsRequest(path=full, watch=watch)))
+        except ZkNoNodeError:
             return None
-        except Exception as e:
-            raise translate(e, path) from e
         return ZnodeStat.of(response.stat)
 
     async def get_children(self, path: str, watch: bool = False) -> list[str]:
-        try:
-            children = await self._client.get_children(path, watch=watch)
-        except Exception as e:
-            raise translate(e, path) from e
+        children = await self._read(path, lambda: self._client.get_children(path, watch=watch))
         return sorted(children)
 
     async def get_children_or_empty(self, path: str, watch: bool = False) -> list[str]:
@@ -339,13 +347,11 @@ class ZkClient:
 
     async def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, ZnodeStat] | None]:
         """Pipelined reads; a missing znode gives None."""
-        return await self.pipelined([lambda p=p: self.get_or_none(p) for p in paths])  # type: ignore[misc]
+        return await self.pipelined([functools.partial(self.get_or_none, p) for p in paths])
 
     # --- writes -----------------------------------------------------------------------------
 
-    async def create(
-        self, path: str, data: bytes = b"", ephemeral: bool = False, sequential: bool = False
-    ) -> OpResult:
+    async def create(self, path: str, data: bytes = b"", ephemeral: bool = False, sequential: bool = False) -> OpResult:
         result = (await self.multi([CreateOp(path, data, ephemeral, sequential)]))[0]
         if result.stat is None:
             # ZooKeeper answers a create inside a multi without the stat; the czxid is needed
@@ -419,5 +425,3 @@ class ZkClient:
             # Every op was rolled back without a named cause: treat as unavailable and let the caller retry.
             raise ZkUnavailableError(f"multi of {len(ops)} ops rolled back without an error")
         return results
-
-

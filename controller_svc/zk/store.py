@@ -68,9 +68,7 @@ class ControllerZkStore:
             znode = codecs.decode_controller(data)
         except CorruptZnodeError as e:
             metrics.CORRUPT_ZNODES.labels("controller").inc()
-            log.error(
-                "%s; deleting it (version %d) so that a controller can be elected", e, stat.version
-            )
+            log.error("%s; deleting it (version %d) so that a controller can be elected", e, stat.version)
             try:
                 await self.zk.delete(paths.CONTROLLER, version=stat.version)
             except (ZkNoNodeError, ZkBadVersionError):

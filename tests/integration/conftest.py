@@ -46,8 +46,16 @@ async def cluster_factory(
     async def make(controllers: int = 3, brokers: int = 3, wait: bool = True, **kwargs: Any) -> Cluster:
         directory = tmp_path / f"cluster{len(started)}"
         spec = await asyncio.to_thread(
-            devcluster.up, str(directory), controllers, brokers, chroot_connect, SESSION_TIMEOUT_MS,
-            kwargs.get("controller_overrides"), kwargs.get("broker_overrides"), 90.0, wait,
+            devcluster.up,
+            str(directory),
+            controllers,
+            brokers,
+            chroot_connect,
+            SESSION_TIMEOUT_MS,
+            kwargs.get("controller_overrides"),
+            kwargs.get("broker_overrides"),
+            90.0,
+            wait,
         )
         cluster = Cluster(directory, spec, SESSION_TIMEOUT_MS)
         started.append(cluster)

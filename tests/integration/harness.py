@@ -28,7 +28,7 @@ async def eventually(
     while time.monotonic() < deadline:
         try:
             last = await check()
-        except Exception as e:  # noqa: BLE001 - keep polling, report the last failure
+        except Exception as e:
             last = e
         else:
             if last:

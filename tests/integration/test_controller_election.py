@@ -51,12 +51,17 @@ async def test_three_controllers_exactly_one_wins_with_kafka_compatible_znodes(c
     assert epoch == b"1"
     registration = json.loads(broker)
     assert list(registration) == [
-        "version", "host", "port", "jmx_port", "timestamp", "endpoints",
-        "listener_security_protocol_map", "rack", "features",
+        "version",
+        "host",
+        "port",
+        "jmx_port",
+        "timestamp",
+        "endpoints",
+        "listener_security_protocol_map",
+        "rack",
+        "features",
     ]
-    assert registration["version"] == 5 and registration["endpoints"] == [
-        f"PLAINTEXT://{cluster.broker(1)['grpc']}"
-    ]
+    assert registration["version"] == 5 and registration["endpoints"] == [f"PLAINTEXT://{cluster.broker(1)['grpc']}"]
 
     # Every broker knows the controller, its epoch and all live brokers.
     for broker_id, description in snap.brokers.items():
@@ -161,9 +166,13 @@ async def test_zombie_controller_is_fenced(cluster_factory) -> None:
     for r in records:
         if r["kind"] == "request.received" and r["controller_epoch"] < after.controller_epoch and r["ts"] > takeover:
             broker_state = [
-                x for x in records
-                if x["node"] == r["node"] and x["kind"] == "request.received" and x["ts"] <= r["ts"]
-                and x["result"] == "applied" and x["controller_epoch"] == after.controller_epoch
+                x
+                for x in records
+                if x["node"] == r["node"]
+                and x["kind"] == "request.received"
+                and x["ts"] <= r["ts"]
+                and x["result"] == "applied"
+                and x["controller_epoch"] == after.controller_epoch
             ]
             if broker_state:
                 assert r["result"] == "rejected" and r["error"] == ErrorCode.STALE_CONTROLLER_EPOCH, r
@@ -176,9 +185,7 @@ async def test_late_broker_gets_metadata_and_restarted_broker_fences_old_epoch(c
     # A late broker: stop broker 3 cleanly, start it again later.
     late = cluster.broker(3)
     await cluster.stop_node(late)
-    await eventually(
-        lambda: _live_brokers_seen(cluster, 1, {1, 2}), 30, what="broker 1 to learn that broker 3 left"
-    )
+    await eventually(lambda: _live_brokers_seen(cluster, 1, {1, 2}), 30, what="broker 1 to learn that broker 3 left")
     cluster.start_node(late)
     again = await cluster.converged(min_epoch=snap.controller_epoch)
     assert sorted(b.id for b in again.brokers[3].live_brokers) == [1, 2, 3]
@@ -220,8 +227,9 @@ async def test_corrupt_controller_znode_is_replaced_by_an_election(cluster_facto
     cluster = await cluster_factory(controllers=2, brokers=2)
     snap = await cluster.converged()
     assert snap.controller_epoch == 1
-    logs = "".join((cluster.dir / "logs" / f"controller-{c['id']}.log").read_text()
-                   for c in cluster.spec["controllers"])
+    logs = "".join(
+        (cluster.dir / "logs" / f"controller-{c['id']}.log").read_text() for c in cluster.spec["controllers"]
+    )
     assert "corrupt znode /controller: not JSON" in logs
 
 

@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from controller_svc.errors import CorruptZnodeError
+from controller_svc.model import BrokerInfo, EndPoint, LeaderIsrAndControllerEpoch
+from controller_svc.zk import codecs
+
+
+def test_controller_znode_is_kafkas_json() -> None:
+    assert codecs.encode_controller(1, 1620000000000) == b'{"version":1,"brokerid":1,"timestamp":"1620000000000"}'
+    assert codecs.decode_controller(b'{"version":1,"brokerid":3,"timestamp":"5"}').broker_id == 3
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"garbage",
+        b"[1]",
+        b'{"version":1}',
+        b'{"brokerid":"1"}',
+        b'{"brokerid":true}',
+        b'{"brokerid":1,"timestamp":"x"}',
+        b"\xff\xfe",
+    ],
+)
+def test_corrupt_controller_znode(data: bytes) -> None:
+    with pytest.raises(CorruptZnodeError, match="/controller"):
+        codecs.decode_controller(data)
+
+
+def test_controller_epoch() -> None:
+    assert codecs.encode_controller_epoch(12) == b"12"
+    assert codecs.decode_controller_epoch(b"12") == 12
+    for bad in (b"", b"seven", b"1.5", b"-1"):
+        with pytest.raises(CorruptZnodeError):
+            codecs.decode_controller_epoch(bad)
+
+
+def test_broker_registration_version_5_round_trip() -> None:
+    info = BrokerInfo(3, (EndPoint("PLAINTEXT", "h", 9092, "PLAINTEXT"),), None, epoch=-1)
+    data = codecs.encode_broker_registration(info, 1620000000000)
+    assert data == (
+        b'{"version":5,"host":"h","port":9092,"jmx_port":-1,"timestamp":"1620000000000",'
+        b'"endpoints":["PLAINTEXT://h:9092"],"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},'
+        b'"rack":null,"features":{}}'
+    )
+    decoded = codecs.decode_broker_registration(3, data, broker_epoch=77)
+    assert decoded == BrokerInfo(3, info.endpoints, None, epoch=77)
+
+
+def test_broker_registration_older_versions_and_listeners() -> None:
+    v1 = codecs.decode_broker_registration(1, b'{"version":1,"host":"a","port":1}', 5)
+    assert v1.endpoints == (EndPoint("PLAINTEXT", "a", 1, "PLAINTEXT"),)
+    v4 = codecs.decode_broker_registration(
+        2,
+        json.dumps(
+            {
+                "version": 4,
+                "endpoints": ["CLIENT://b:9093", "CTRL://[::1]:9094"],
+                "listener_security_protocol_map": {"CLIENT": "SSL", "CTRL": "PLAINTEXT"},
+                "rack": "r1",
+            }
+        ).encode(),
+        6,
+    )
+    assert v4.rack == "r1"
+    assert v4.control_endpoint() == EndPoint("CTRL", "::1", 9094, "PLAINTEXT")
+    with pytest.raises(CorruptZnodeError):
+        codecs.decode_broker_registration(2, b'{"version":4,"endpoints":["nonsense"]}', 1)
+
+
+def test_partition_state_round_trip() -> None:
+    state = LeaderIsrAndControllerEpoch(leader=1, leader_epoch=4, isr=(1, 2), zk_version=9, controller_epoch=2)
+    data = codecs.encode_partition_state(state)
+    assert data == b'{"controller_epoch":2,"leader":1,"version":1,"leader_epoch":4,"isr":[1,2]}'
+    assert codecs.decode_partition_state("/p", data, 9) == state
+    with pytest.raises(CorruptZnodeError):
+        codecs.decode_partition_state("/p", b'{"leader":1}', 0)
+
+
+@pytest.mark.parametrize(
+    ("data", "partitions"),
+    [
+        (b'{"version":1,"partitions":{"0":[1,2],"1":[2,3]}}', {0: (1, 2), 1: (2, 3)}),
+        (b'{"version":2,"partitions":{"0":[1]},"adding_replicas":{},"removing_replicas":{}}', {0: (1,)}),
+        (
+            b'{"version":3,"topic_id":"abc","partitions":{"0":[1]},"adding_replicas":{"0":[1]},"removing_replicas":{}}',
+            {0: (1,)},
+        ),
+    ],
+)
+def test_topic_versions_1_to_3(data: bytes, partitions: dict[int, tuple[int, ...]]) -> None:
+    assert codecs.decode_topic("/brokers/topics/t", data).partitions == partitions
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"{",
+        b'{"partitions":{"-1":[1]}}',
+        b'{"partitions":{"x":[1]}}',
+        b'{"partitions":{"0":["a"]}}',
+        b'{"partitions":[1]}',
+    ],
+)
+def test_corrupt_topic(data: bytes) -> None:
+    with pytest.raises(CorruptZnodeError):
+        codecs.decode_topic("/brokers/topics/t", data)
