@@ -15,6 +15,8 @@ from kcontroller.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 
 log = logging.getLogger(__name__)
 
+ControlRequest = broker_pb2.UpdateMetadataRequest | broker_pb2.LeaderAndIsrRequest | broker_pb2.StopReplicaRequest
+
 SERVICE_NAME = broker_pb2.DESCRIPTOR.services_by_name["BrokerControl"].full_name
 
 
@@ -27,8 +29,8 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
         self._lock = asyncio.Lock()
         self.rejected: dict[int, int] = {}
 
-    def _record(self, api: str, request: object, result: replica_manager.ApplyResult) -> None:
-        controller_epoch = int(getattr(request, "controller_epoch"))  # noqa: B009
+    def _record(self, api: str, request: ControlRequest, result: replica_manager.ApplyResult) -> None:
+        controller_epoch = int(request.controller_epoch)
         if not result.applied:
             self.rejected[int(result.error)] = self.rejected.get(int(result.error), 0) + 1
             log.warning(
