@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -88,7 +89,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--dir", default=None, help="cluster directory (default: a new temporary one)")
     demo.add_argument("--session-timeout-ms", type=int, default=6000)
 
+    health = sub.add_parser("health", help="gRPC health check of a controller or broker (exit 0 when SERVING)")
+    health.add_argument(
+        "--address",
+        default=os.environ.get("KCONTROLLER_HEALTH_ADDRESS", "127.0.0.1:9190"),
+        help="host:port (default: $KCONTROLLER_HEALTH_ADDRESS or 127.0.0.1:9190)",
+    )
+    health.add_argument("--timeout-s", type=float, default=3.0)
+
     args = parser.parse_args(argv)
+    if args.command == "health":
+        return check_health(args.address, args.timeout_s)
     if args.command == "controller":
         return run_process("controller", args)
     if args.command == "cluster":
@@ -99,6 +110,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_demo(args.dir, args.session_timeout_ms)
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+def check_health(address: str, timeout_s: float) -> int:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        try:
+            response = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
+        except grpc.RpcError as e:
+            print(f"{address}: {e.code().name}", file=sys.stderr)
+            return 1
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+    print(f"{address}: {status}")
+    return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
 
 
 def run_cluster(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

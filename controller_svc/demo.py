@@ -3,11 +3,12 @@ the takeover and how long it took, then teardown."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import tempfile
 import time
+
+import uvloop
 
 from controller_svc import devcluster
 
@@ -20,7 +21,7 @@ def run_demo(directory: str | None, session_timeout_ms: int) -> int:
     try:
         print(f"   up in {time.monotonic() - started:.1f} s\n")
         print(devcluster.status(base))
-        before = asyncio.run(devcluster.snapshot(spec))
+        before = uvloop.run(devcluster.snapshot(spec))
         victim = next(c for c in spec["controllers"] if c["id"] == before.controller_id)
         print(
             f"\n== kill -9 of the active controller {victim['id']} (pid {victim['pid']}, epoch "
@@ -29,7 +30,7 @@ def run_demo(directory: str | None, session_timeout_ms: int) -> int:
         print(f"   its ZooKeeper session ({session_timeout_ms} ms timeout) must expire before a standby can take over")
         killed_at = time.monotonic()
         os.kill(victim["pid"], signal.SIGKILL)
-        after = asyncio.run(devcluster.wait_converged(spec, 60.0, min_epoch=before.controller_epoch + 1))
+        after = uvloop.run(devcluster.wait_converged(spec, 60.0, min_epoch=before.controller_epoch + 1))
         took = time.monotonic() - killed_at
         print(
             f"\n== controller {after.controller_id} took over with epoch {after.controller_epoch}; every broker "

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+import uvloop
 
 from controller_svc import zookeeper_launcher
 from controller_svc.errors import CorruptZnodeError
@@ -215,7 +216,7 @@ def up(
             spec["brokers"].append({"id": broker_id, "pid": pid, "grpc": f"127.0.0.1:{grpc_port}", "command": command})
         write_spec(base, spec)
         if wait:
-            asyncio.run(wait_converged(spec, wait_s))
+            uvloop.run(wait_converged(spec, wait_s))
     except BaseException:
         down(str(base), grace_s=2)
         raise
@@ -287,4 +288,4 @@ def format_status(spec: dict[str, Any], snap: ClusterSnapshot) -> str:
 
 def status(directory: str) -> str:
     spec = read_spec(directory)
-    return format_status(spec, asyncio.run(snapshot(spec)))
+    return format_status(spec, uvloop.run(snapshot(spec)))

@@ -202,6 +202,8 @@ async def test_late_broker_gets_metadata_and_restarted_broker_fences_old_epoch(c
     assert response.error_code == ErrorCode.STALE_BROKER_EPOCH
     received = [r for r in cluster.records("broker-3") if r["kind"] == "request.received"]
     assert received[-1]["result"] == "rejected" and received[-1]["error"] == ErrorCode.STALE_BROKER_EPOCH
+    # The clean stop deregistered and logged it.
+    assert any(r["kind"] == "broker.shutdown" for r in cluster.records("broker-3"))
 
 
 async def test_fast_restart_waits_for_previous_registration_to_expire(cluster_factory) -> None:
@@ -265,3 +267,56 @@ async def test_non_integer_controller_epoch_blocks_election_until_repaired(clust
 async def _live_brokers_seen(cluster, broker_id: int, expected: set[int]) -> bool:
     description = await cluster.describe_broker(broker_id)
     return description is not None and {b.id for b in description.live_brokers} == expected
+
+
+async def test_health_and_reflection_on_both_servers(cluster_factory) -> None:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    from controller_svc.cli import check_health
+
+    cluster = await cluster_factory(controllers=2, brokers=1)
+    await cluster.converged()
+    expected = {
+        cluster.spec["controllers"][0]["grpc"]: "kcontroller.v1.Controller",
+        cluster.spec["controllers"][1]["grpc"]: "kcontroller.v1.Controller",
+        cluster.broker(1)["grpc"]: "kcontroller.v1.BrokerControl",
+    }
+    for address, service in expected.items():
+        async with grpc.aio.insecure_channel(address) as channel:
+            health = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=5
+            )
+            assert health.status == health_pb2.HealthCheckResponse.SERVING
+            call = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
+            )
+            names = set()
+            async for reply in call:
+                names |= {s.name for s in reply.list_services_response.service}
+            assert {service, "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= names
+        assert await asyncio.to_thread(check_health, address, 5.0) == 0
+
+
+async def test_broker_session_expiry_reregisters_and_is_handled_as_a_bounce(cluster_factory) -> None:
+    cluster = await cluster_factory(controllers=1, brokers=2)
+    before = await cluster.converged()
+    broker = cluster.broker(2)
+    cluster.signal(broker, signal.SIGSTOP)
+    try:
+        # Past the session timeout: ZooKeeper drops the registration, the controller sees broker 2 die.
+        await eventually(lambda: _live_brokers_seen(cluster, 1, {1}), 30, what="broker 2 to be declared dead")
+    finally:
+        cluster.signal(broker, signal.SIGCONT)
+
+    async def reregistered() -> bool:
+        d = await cluster.describe_broker(2)
+        return d is not None and d.registered and d.broker_epoch > before.brokers[2].broker_epoch
+
+    await eventually(reregistered, 30, what="broker 2 to re-register with a new epoch")
+    after = await cluster.converged(min_epoch=before.controller_epoch)
+    assert sorted(b.id for b in after.brokers[1].live_brokers) == [1, 2]
+    assert next(b for b in after.brokers[1].live_brokers if b.id == 2).broker_epoch == after.brokers[2].broker_epoch
+    registrations = [r for r in cluster.records("broker-2") if r["kind"] == "broker.registered"]
+    assert len(registrations) == 2 and registrations[1]["broker_epoch"] > registrations[0]["broker_epoch"]

@@ -57,3 +57,32 @@ async def test_fenced_write_after_session_change_is_refused(chroot_connect: str)
         assert await zk.exists("/never") is None
     finally:
         await zk.close()
+
+
+class LostReplyClient(ZkClient):
+    """A real client whose first multi is applied and then resent, as aiozk does when the
+    connection drops before the reply arrives: the resend is what the caller sees."""
+
+    armed = False
+    resent = False
+
+    async def multi(self, ops):  # type: ignore[no-untyped-def]
+        if self.armed and not self.resent:
+            self.resent = True
+            await super().multi(ops)
+        return await super().multi(ops)
+
+
+async def test_lost_election_reply_is_resolved_by_rereading(chroot_connect: str) -> None:
+    zk = LostReplyClient(chroot_connect, 10000)
+    await zk.start(timeout_s=10)
+    try:
+        await zk.create(paths.CONTROLLER_EPOCH, b"4")
+        zk.armed = True
+        fence = await ControllerZkStore(zk).register_controller_and_increment_epoch(3)
+        assert zk.resent
+        assert fence.epoch == 5
+        data, stat = await zk.get(paths.CONTROLLER_EPOCH)
+        assert data == b"5" and fence.zk_version == stat.version
+    finally:
+        await zk.close()
