@@ -28,7 +28,9 @@ async def run_broker(config: Config) -> int:
     broker_id = config.int("broker.id")
     node = f"broker-{broker_id}"
     state_log = StateChangeLog(config.str("state.change.log.dir") or None, node)
-    state = BrokerState(broker_id)
+    log_dirs = tuple(d.strip() for d in config.str("log.dirs").split(",") if d.strip())
+    state = BrokerState(broker_id, log_dirs=log_dirs)
+    state_log.record("broker.started", broker_id=broker_id)
 
     server = grpc.aio.server(options=grpc_common.SERVER_OPTIONS)
     port = grpc_common.bind(server, config.str("grpc.listen"))
@@ -82,6 +84,7 @@ async def run_broker(config: Config) -> int:
         on_new_session=new_session,
     )
     registration = BrokerRegistration(zk, info, config.int("broker.registration.wait.ms") / 1000.0)
+    service.zk = zk
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -4,7 +4,8 @@
   incarnation -> STALE_BROKER_EPOCH (77). -1 means "unknown" and is not checked.
 - A controller epoch lower than the highest we have seen is from a zombie controller
   -> STALE_CONTROLLER_EPOCH (11). Nothing of a rejected request is applied.
-- Per partition, LeaderAndIsr needs a newer leader epoch (Kafka 2.8 answers
+- Per partition, LeaderAndIsr for a replica on a failed log dir gets KAFKA_STORAGE_ERROR;
+  otherwise it needs a newer leader epoch (Kafka 2.8 answers
   STALE_CONTROLLER_EPOCH for an old one); StopReplica too (FENCED_LEADER_EPOCH), unless its
   leader epoch is -1 (no epoch) or -2 (the topic is being deleted).
 """
@@ -35,11 +36,16 @@ def check_leader_and_isr_partition(
     replicas: tuple[int, ...],
     current_leader_epoch: int | None,
     request_leader_epoch: int,
+    on_offline_log_dir: bool = False,
 ) -> ErrorCode:
-    if broker_id not in replicas:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    """ReplicaManager.becomeLeaderOrFollower's order: an offline log dir first, then the
+    leader epoch, then whether this broker is a replica at all."""
+    if on_offline_log_dir:
+        return ErrorCode.KAFKA_STORAGE_ERROR
     if current_leader_epoch is not None and request_leader_epoch <= current_leader_epoch:
         return ErrorCode.STALE_CONTROLLER_EPOCH
+    if broker_id not in replicas:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     return ErrorCode.NONE
 
 

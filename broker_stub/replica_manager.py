@@ -61,10 +61,8 @@ def apply_leader_and_isr(state: BrokerState, request: broker_pb2.LeaderAndIsrReq
         tp = TopicPartition(partition.topic, partition.partition)
         replicas = tuple(partition.replicas)
         current = state.leader_epoch(tp)
-        if current is not None and state.roles[tp].role in ("stopped", "deleted"):
-            current = None if state.roles[tp].role == "deleted" else current
         partition_error = fencing.check_leader_and_isr_partition(
-            state.broker_id, replicas, current, partition.leader_epoch
+            state.broker_id, replicas, current, partition.leader_epoch, state.is_on_offline_dir(tp)
         )
         result.partition_errors[tp] = partition_error
         if partition_error:
@@ -76,6 +74,7 @@ def apply_leader_and_isr(state: BrokerState, request: broker_pb2.LeaderAndIsrReq
             isr=tuple(partition.isr),
             replicas=replicas,
             controller_epoch=partition.controller_epoch,
+            zk_version=partition.zk_version,
         )
         state.roles[tp] = role
         result.role_changes[tp] = role

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 
 import grpc
 
-from broker_stub import replica_manager
+from broker_stub import isr, replica_manager
 from broker_stub.state import BrokerState
-from controller_svc.errors import ErrorCode
+from controller_svc.errors import ControllerError, ErrorCode
+from controller_svc.model import TopicPartition
 from controller_svc.state_change_log import StateChangeLog
+from controller_svc.zk.client import ZkClient
 from kcontroller.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 
 log = logging.getLogger(__name__)
@@ -21,9 +24,10 @@ SERVICE_NAME = broker_pb2.DESCRIPTOR.services_by_name["BrokerControl"].full_name
 
 
 class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
-    def __init__(self, state: BrokerState, state_log: StateChangeLog) -> None:
+    def __init__(self, state: BrokerState, state_log: StateChangeLog, zk: ZkClient | None = None) -> None:
         self.state = state
         self.state_log = state_log
+        self.zk = zk
         # Control requests are applied one at a time, in arrival order (Kafka's
         # replicaStateChangeLock); the fencing check and the update are one step.
         self._lock = asyncio.Lock()
@@ -119,11 +123,90 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
                     isr=list(role.isr),
                     replicas=list(role.replicas),
                     controller_epoch=role.controller_epoch,
+                    zk_version=role.zk_version,
+                    log_dir=state.log_dir_of(tp),
                 )
                 for tp, role in sorted(state.roles.items())
             ],
             update_metadata_count=state.update_metadata_count,
             registered=state.registered,
+            log_dirs=list(state.log_dirs),
+            offline_log_dirs=sorted(state.offline_log_dirs),
+        )
+
+    async def SetReplicaLagging(
+        self, request: broker_pb2.SetReplicaLaggingRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.SetReplicaLaggingResponse:
+        if self.zk is None:
+            return broker_pb2.SetReplicaLaggingResponse(error_code=int(ErrorCode.BROKER_NOT_AVAILABLE))
+        tp = TopicPartition(request.topic, request.partition)
+        async with self._lock:
+            try:
+                result = await isr.change_isr(self.zk, self.state, tp, request.replica, request.lagging)
+            except ControllerError as e:
+                log.warning("ISR change of %s failed: %s", tp, e)
+                return broker_pb2.SetReplicaLaggingResponse(error_code=int(e.code), error_message=str(e))
+            if result.error == ErrorCode.NONE and result.zk_version >= 0:
+                self.state_log.record(
+                    "partition.isr_changed",
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    isr=list(result.isr),
+                    zk_version=result.zk_version,
+                    replica=request.replica,
+                    lagging=request.lagging,
+                    controller_epoch=self.state.controller_epoch,
+                )
+        return broker_pb2.SetReplicaLaggingResponse(
+            error_code=int(result.error),
+            error_message=result.message,
+            isr=list(result.isr),
+            zk_version=result.zk_version,
+        )
+
+    async def FailLogDir(
+        self, request: broker_pb2.FailLogDirRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.FailLogDirResponse:
+        state = self.state
+        if request.log_dir not in state.log_dirs:
+            return broker_pb2.FailLogDirResponse(
+                error_code=int(ErrorCode.INVALID_REQUEST),
+                error_message=f"unknown log dir {request.log_dir!r}; this broker has {list(state.log_dirs)}",
+            )
+        async with self._lock:
+            if request.log_dir in state.offline_log_dirs:
+                return broker_pb2.FailLogDirResponse(error_message="already offline")
+            state.offline_log_dirs.add(request.log_dir)
+            offline = sorted(tp for tp in state.roles if state.log_dir_of(tp) == request.log_dir)
+            for tp in offline:
+                role = state.roles[tp]
+                state.roles[tp] = replace(role, role="stopped")
+                self.state_log.record(
+                    "partition.role_changed",
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    role="stopped",
+                    leader=role.leader,
+                    leader_epoch=role.leader_epoch,
+                    isr=list(role.isr),
+                    controller_epoch=state.controller_epoch,
+                    reason="log_dir_failure",
+                )
+            log.error(
+                "broker %d: log dir %s failed; %d replicas offline", state.broker_id, request.log_dir, len(offline)
+            )
+            self.state_log.record(
+                "broker.log_dir_failed", broker_id=state.broker_id, log_dir=request.log_dir, partitions=len(offline)
+            )
+            if self.zk is not None:
+                await isr.write_log_dir_event(self.zk, state.broker_id)
+        return broker_pb2.FailLogDirResponse(
+            offline_partitions=[
+                common_pb2.PartitionError(
+                    topic=tp.topic, partition=tp.partition, error_code=int(ErrorCode.KAFKA_STORAGE_ERROR)
+                )
+                for tp in offline
+            ]
         )
 
 

@@ -5,6 +5,7 @@ Owned by the broker's gRPC handlers, which apply one control request at a time.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 
 from controller_svc.model import TopicPartition
@@ -19,6 +20,7 @@ class PartitionRole:
     isr: tuple[int, ...]
     replicas: tuple[int, ...]
     controller_epoch: int
+    zk_version: int = -1
 
 
 @dataclass
@@ -32,6 +34,10 @@ class BrokerState:
     metadata: dict[TopicPartition, common_pb2.PartitionState] = field(default_factory=dict)
     roles: dict[TopicPartition, PartitionRole] = field(default_factory=dict)
     update_metadata_count: int = 0
+    log_dirs: tuple[str, ...] = ("data-0",)
+    offline_log_dirs: set[str] = field(default_factory=set)
+    # (partition, follower) pairs the leader treats as lagging (debug RPC)
+    lagging: set[tuple[TopicPartition, int]] = field(default_factory=set)
 
     def __repr__(self) -> str:
         return (
@@ -42,6 +48,13 @@ class BrokerState:
     def leader_epoch(self, tp: TopicPartition) -> int | None:
         role = self.roles.get(tp)
         return role.leader_epoch if role is not None else None
+
+    def log_dir_of(self, tp: TopicPartition) -> str:
+        """Where this broker keeps a partition: a stable hash over its log dirs."""
+        return self.log_dirs[zlib.crc32(str(tp).encode()) % len(self.log_dirs)]
+
+    def is_on_offline_dir(self, tp: TopicPartition) -> bool:
+        return self.log_dir_of(tp) in self.offline_log_dirs
 
     def partitions_led(self) -> int:
         return sum(1 for r in self.roles.values() if r.role == "leader")

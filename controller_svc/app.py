@@ -69,6 +69,7 @@ async def run_controller(config: Config) -> int:
         request_timeout_s=config.int("controller.socket.timeout.ms") / 1000.0,
         retry_backoff_s=config.int("controller.retry.backoff.ms") / 1000.0,
         election_retry_s=config.int("controller.election.retry.ms") / 1000.0,
+        unclean_leader_election_enable=bool(config["unclean.leader.election.enable"]),
     )
     controller = Controller(settings, zk, state_log)
     controller_pb2_grpc.add_ControllerServicer_to_server(ControllerService(controller), server)

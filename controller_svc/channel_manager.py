@@ -33,7 +33,7 @@ class ApiKind(enum.StrEnum):
     STOP_REPLICA = "StopReplica"
 
 
-ResponseCallback = Callable[[int, ApiKind, Any], None]
+ResponseCallback = Callable[[int, str, Any], None]
 
 
 class BrokerClient(Protocol):
@@ -268,12 +268,12 @@ class ChannelManager:
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
-    def send(self, broker_id: int, api: ApiKind, request: Any, callback: ResponseCallback | None = None) -> bool:
+    def send(self, broker_id: int, api: str, request: Any, callback: ResponseCallback | None = None) -> bool:
         sender = self._senders.get(broker_id)
         if sender is None:
-            log.warning("not sending %s to broker %d: no channel (broker not live)", api.value, broker_id)
+            log.warning("not sending %s to broker %d: no channel (broker not live)", api, broker_id)
             return False
-        sender.enqueue(QueueItem(api, request, callback, time.monotonic()))
+        sender.enqueue(QueueItem(ApiKind(api), request, callback, time.monotonic()))
         metrics.CHANNEL_TOTAL_QUEUE_SIZE.set(self.total_queue_size())
         return True
 

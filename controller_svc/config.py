@@ -95,6 +95,12 @@ CONTROLLER_KEYS: tuple[Key, ...] = (
     Key("controller.socket.timeout.ms", int, 30000, "Timeout of one control request to a broker", _positive),
     Key("controller.retry.backoff.ms", int, 100, "Wait before resending a failed control request", _positive),
     Key(
+        "unclean.leader.election.enable",
+        bool,
+        False,
+        "Elect a leader outside the ISR when no ISR member is live (data loss); per topic in /config/topics/<t>",
+    ),
+    Key(
         "controller.election.retry.ms",
         int,
         2000,
@@ -107,6 +113,13 @@ CONTROLLER_KEYS: tuple[Key, ...] = (
 BROKER_KEYS: tuple[Key, ...] = (
     Key("broker.id", int, 1, "Id of this broker (/brokers/ids/<id>)", _non_negative),
     Key("broker.rack", str, "", "Rack of this broker (empty: none)"),
+    Key(
+        "log.dirs",
+        str,
+        "data-0,data-1",
+        "Comma-separated log dir names of a broker stub (no data is stored)",
+        lambda v: None if any(d.strip() for d in v.split(",")) else "must name at least one log dir",
+    ),
     Key(
         "broker.registration.wait.ms",
         int,

@@ -9,28 +9,34 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from controller_svc import events as ev
 from controller_svc import metrics
-from controller_svc.channel_manager import ApiKind, ChannelManager, ClientFactory, grpc_client_factory
+from controller_svc.channel_manager import ChannelManager, ClientFactory, grpc_client_factory
 from controller_svc.context import ControllerContext, diff_brokers
 from controller_svc.errors import (
     ControllerEpochCorruptError,
     ControllerError,
     ControllerMovedError,
     CorruptZnodeError,
+    NotControllerError,
     ZkNodeExistsError,
     ZkUnavailableError,
 )
-from controller_svc.metadata_loader import load_brokers, load_topics
-from controller_svc.request_batch import build_update_metadata
+from controller_svc.metadata_loader import load_all, load_brokers
+from controller_svc.model import TopicPartition
+from controller_svc.notifications import NotificationProcessor
+from controller_svc.partition_manager import PartitionManager
 from controller_svc.state_change_log import StateChangeLog
 from controller_svc.tasks import cancel_and_wait, spawn
+from controller_svc.topic_admin import TopicAdmin
 from controller_svc.zk import codecs, paths
 from controller_svc.zk.client import MultiOpError, WatchKind, ZkClient
+from controller_svc.zk.partition_store import ZkPartitionStateStore
 from controller_svc.zk.store import ControllerZkStore
 
 log = logging.getLogger(__name__)
@@ -44,6 +50,7 @@ class ControllerSettings:
     request_timeout_s: float = 30.0
     retry_backoff_s: float = 0.1
     election_retry_s: float = 2.0
+    unclean_leader_election_enable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +63,10 @@ class ClusterDescription:
     live_brokers: tuple[Any, ...]
     topic_count: int
     partition_count: int
+    offline_partition_count: int = 0
+    preferred_replica_imbalance_count: int = 0
+    partitions: tuple[tuple[TopicPartition, Any, Any], ...] = ()  # (tp, assignment, state)
+    topic_ids: tuple[tuple[str, str], ...] = ()
 
 
 class Controller:
@@ -75,6 +86,9 @@ class Controller:
         self.events = ev.EventManager(self._process)
         self._client_factory = client_factory
         self.channels: ChannelManager | None = None
+        self.partitions: PartitionManager | None = None
+        self.topic_admin: TopicAdmin | None = None
+        self.notifications: NotificationProcessor | None = None
         self.active_controller_id = -1
         self.is_active = False
         self.election_blocked: str | None = None
@@ -136,10 +150,15 @@ class Controller:
         if self.is_active:
             await self._on_resignation("shutdown")
 
-    async def describe(self) -> ClusterDescription:
+    async def describe(self, include_partitions: bool = False, topics: tuple[str, ...] = ()) -> ClusterDescription:
         reply: asyncio.Future[ClusterDescription] = asyncio.get_running_loop().create_future()
-        self.events.put(ev.DescribeCluster(reply=reply))
+        self.events.put(ev.DescribeCluster(reply=reply, include_partitions=include_partitions, topics=topics))
         return await reply
+
+    async def submit(self, event: ev.ReplyEvent) -> Any:
+        """Queue an event that answers through its reply future, and wait for the answer."""
+        self.events.put(event)
+        return await event.reply
 
     # --- dispatch --------------------------------------------------------------------------------
 
@@ -174,16 +193,45 @@ class Controller:
                     await self._elect()
                 elif self.is_active:
                     await self._maybe_resign()
+            case ev.DescribeCluster():
+                await self._describe(event)
+            case ev.ReplyEvent() if not self.is_active:
+                event.reply.set_exception(NotControllerError(active_controller_id=self.active_controller_id))
+            case _ if not self.is_active:
+                log.debug("controller %d is not active: ignoring %r", self.id, event)
             case ev.BrokerChange() | ev.BrokerModifications():
-                if self.is_active:
-                    await self._process_broker_change()
+                await self._process_broker_change()
+            case ev.TopicChange():
+                assert self.topic_admin is not None
+                await self.topic_admin.process_topic_change()
+            case ev.PartitionModifications():
+                assert self.topic_admin is not None
+                await self.topic_admin.process_partition_modifications(event.topic)
+            case ev.CreateTopics():
+                assert self.topic_admin is not None
+                results = await self.topic_admin.create_topics(event.topics, event.validate_only)
+                if not event.reply.done():
+                    event.reply.set_result(results)
+            case ev.IsrChangeNotification():
+                assert self.notifications is not None
+                await self.notifications.process_isr_changes()
+            case ev.LogDirEventNotification():
+                assert self.notifications is not None
+                await self.notifications.process_log_dir_events()
+            case ev.TopicConfigChange():
+                assert self.notifications is not None
+                await self.notifications.process_config_changes()
+            case ev.LeaderAndIsrResponseReceived():
+                assert self.partitions is not None
+                await self.partitions.on_leader_and_isr_response(
+                    event.broker_id, [(TopicPartition(t, p), code) for t, p, code in event.partition_errors]
+                )
             case ev.ControlRequestCompleted():
                 if event.error_code:
                     log.warning("broker %d answered %s with error %d", event.broker_id, event.api, event.error_code)
-            case ev.DescribeCluster():
-                await self._describe(event)
             case _:
                 log.error("unknown event %r", event)
+                event.preempt()
 
     # --- election (reference section 5) ----------------------------------------------------------
 
@@ -292,12 +340,16 @@ class Controller:
         if self.on_role_change is not None:
             self.on_role_change(True)
         self.zk.watch_children(paths.BROKER_IDS, self._on_broker_ids)
+        self.zk.watch_children(paths.BROKER_TOPICS, self._on_topics)
+        self.zk.watch_children(paths.ISR_CHANGE_NOTIFICATION, self._on_isr_change)
+        self.zk.watch_children(paths.LOG_DIR_EVENT_NOTIFICATION, self._on_log_dir_event)
+        self.zk.watch_children(paths.CONFIG_CHANGES, self._on_config_change)
+        started = time.monotonic()
         brokers = await load_brokers(self.zk, watch=True)
         self.context.live_brokers = dict(brokers)
         self._watch_broker_data(set(brokers))
-        await load_topics(self.zk, self.context)
-        metrics.GLOBAL_TOPIC_COUNT.set(len(self.context.assignments))
-        metrics.GLOBAL_PARTITION_COUNT.set(self.context.partition_count)
+        await load_all(self.zk, self.context)
+        loaded = time.monotonic()
         self.channels = ChannelManager(
             self.context.epoch,
             self.state_log,
@@ -307,16 +359,37 @@ class Controller:
         )
         for info in brokers.values():
             self.channels.add_broker(info)
-        all_partitions = self.context.all_partitions()
-        for broker_id in sorted(brokers):
-            self._send_update_metadata(broker_id, all_partitions)
+        self.partitions = PartitionManager(
+            self.id,
+            self.context,
+            ZkPartitionStateStore(self.store),
+            self.channels,
+            self.state_log,
+            lambda: self.settings.unclean_leader_election_enable,
+            on_leader_and_isr_response=self._on_leader_and_isr_response,
+            on_stop_replica_response=self._on_response,
+        )
+        self.topic_admin = TopicAdmin(self.id, self.context, self.store, self.partitions, self._on_topic_data)
+        self.notifications = NotificationProcessor(self.id, self.context, self.store, self.partitions)
+        self.topic_admin.watch_topics(set(self.context.assignments))
+        await self.notifications.start_up()
+        await self.partitions.start_up()
+        self.state_log.record(
+            "controller.failover_completed",
+            controller_id=self.id,
+            controller_epoch=self.context.epoch,
+            load_ms=round((loaded - started) * 1000, 3),
+            total_ms=round((time.monotonic() - started) * 1000, 3),
+            partitions=self.context.partition_count,
+        )
         log.info(
-            "controller %d is active: epoch %d, %d live brokers, %d topics, %d partitions",
+            "controller %d is active: epoch %d, %d live brokers, %d topics, %d partitions (loaded in %.0f ms)",
             self.id,
             self.context.epoch,
             len(brokers),
             len(self.context.assignments),
-            len(all_partitions),
+            self.context.partition_count,
+            (loaded - started) * 1000,
         )
 
     async def _on_resignation(self, reason: str) -> None:
@@ -324,8 +397,20 @@ class Controller:
         epoch = self.context.epoch
         self.is_active = False
         self.store.clear_fence()
-        self.zk.unwatch(paths.BROKER_IDS)
+        for path in (
+            paths.BROKER_IDS,
+            paths.BROKER_TOPICS,
+            paths.ISR_CHANGE_NOTIFICATION,
+            paths.LOG_DIR_EVENT_NOTIFICATION,
+            paths.CONFIG_CHANGES,
+        ):
+            self.zk.unwatch(path)
         self._watch_broker_data(set())
+        if self.topic_admin is not None:
+            self.topic_admin.watch_topics(set())
+        self.partitions = None
+        self.topic_admin = None
+        self.notifications = None
         channels, self.channels = self.channels, None
         if channels is not None:
             await channels.close()
@@ -355,34 +440,62 @@ class Controller:
             sorted(diff.bounced),
             sorted(diff.changed_endpoints),
         )
-        assert self.channels is not None
-        for broker_id in diff.dead | diff.bounced | diff.changed_endpoints:
+        assert self.channels is not None and self.partitions is not None
+        self.state_log.record(
+            "broker.change",
+            new=sorted(diff.new),
+            dead=sorted(diff.dead),
+            bounced=sorted(diff.bounced),
+            endpoints_changed=sorted(diff.changed_endpoints),
+            controller_epoch=self.context.epoch,
+        )
+        failed = diff.dead | diff.bounced
+        for broker_id in failed | diff.changed_endpoints:
             self.channels.remove_broker(broker_id)
             self.context.live_brokers.pop(broker_id, None)
-            self.context.shutting_down_broker_ids.discard(broker_id)
-        for broker_id in diff.new | diff.bounced | diff.changed_endpoints:
+        if failed:
+            await self.partitions.on_broker_failure(set(failed))
+        started = diff.new | diff.bounced | diff.changed_endpoints
+        for broker_id in started:
             self.context.live_brokers[broker_id] = current[broker_id]
             self.channels.add_broker(current[broker_id])
-        started = diff.new | diff.bounced | diff.changed_endpoints
-        # Existing brokers learn the new set of live brokers; new ones get full metadata
-        # (KafkaController.onBrokerStartup / onBrokerFailure).
-        for broker_id in sorted(self.context.live_brokers.keys() - started):
-            self._send_update_metadata(broker_id, [])
-        all_partitions = self.context.all_partitions()
-        for broker_id in sorted(started):
-            self._send_update_metadata(broker_id, all_partitions)
+        if diff.changed_endpoints and not (diff.new | diff.bounced):
+            # BrokerModifications: only endpoints changed; everyone learns the new ones.
+            await self.partitions.send_update_metadata(self.context.live_or_shutting_down_broker_ids, [])
+        if diff.new | diff.bounced:
+            await self.partitions.on_broker_startup(set(diff.new | diff.bounced))
 
-    def _send_update_metadata(self, broker_id: int, partitions: list[Any]) -> None:
-        assert self.channels is not None
-        request = build_update_metadata(self.id, self.context, broker_id, partitions)
-        self.channels.send(broker_id, ApiKind.UPDATE_METADATA, request, self._on_response)
-
-    def _on_response(self, broker_id: int, api: ApiKind, response: Any) -> None:
+    def _on_response(self, broker_id: int, api: str, response: Any) -> None:
         self.events.put(
             ev.ControlRequestCompleted(
-                broker_id=broker_id, api=api.value, error_code=int(response.error_code), response=response
+                broker_id=broker_id, api=str(api), error_code=int(response.error_code), response=response
             )
         )
+
+    def _on_leader_and_isr_response(self, broker_id: int, api: str, response: Any) -> None:
+        self.events.put(
+            ev.LeaderAndIsrResponseReceived(
+                broker_id=broker_id,
+                error_code=int(response.error_code),
+                partition_errors=tuple((e.topic, e.partition, e.error_code) for e in response.partition_errors),
+            )
+        )
+
+    def _on_topics(self, _kind: WatchKind, _path: str) -> None:
+        self.events.put(ev.TopicChange())
+
+    def _on_topic_data(self, kind: WatchKind, path: str) -> None:
+        if kind == WatchKind.DATA_CHANGED:
+            self.events.put(ev.PartitionModifications(topic=path.rsplit("/", 1)[1]))
+
+    def _on_isr_change(self, _kind: WatchKind, _path: str) -> None:
+        self.events.put(ev.IsrChangeNotification())
+
+    def _on_log_dir_event(self, _kind: WatchKind, _path: str) -> None:
+        self.events.put(ev.LogDirEventNotification())
+
+    def _on_config_change(self, _kind: WatchKind, _path: str) -> None:
+        self.events.put(ev.TopicConfigChange())
 
     # --- controller endpoints (for NOT_CONTROLLER answers and discovery) ------------------------
 
@@ -430,7 +543,16 @@ class Controller:
     async def _describe(self, event: ev.DescribeCluster) -> None:
         if event.reply.done():
             return
+        ctx = self.context
         active_id = self.id if self.is_active else self.active_controller_id
+        partitions: tuple[tuple[TopicPartition, Any, Any], ...] = ()
+        if event.include_partitions and self.is_active:
+            wanted = set(event.topics)
+            partitions = tuple(
+                (tp, ctx.assignment(tp), ctx.partition_states.get(tp))
+                for tp in sorted(ctx.all_partitions())
+                if not wanted or tp.topic in wanted
+            )
         description = ClusterDescription(
             responder_id=self.id,
             active=self.is_active,
@@ -438,10 +560,14 @@ class Controller:
             active_controller_endpoint=(
                 self.settings.grpc_endpoint if self.is_active else await self.controller_endpoint(active_id)
             ),
-            controller_epoch=self.context.epoch,
-            live_brokers=tuple(self.context.live_brokers[b] for b in sorted(self.context.live_brokers)),
-            topic_count=len(self.context.assignments),
-            partition_count=self.context.partition_count,
+            controller_epoch=ctx.epoch,
+            live_brokers=tuple(ctx.live_brokers[b] for b in sorted(ctx.live_brokers)),
+            topic_count=len(ctx.assignments),
+            partition_count=ctx.partition_count,
+            offline_partition_count=self.partitions.psm.offline_partition_count() if self.partitions else 0,
+            preferred_replica_imbalance_count=ctx.preferred_replica_imbalance_count() if self.is_active else 0,
+            partitions=partitions,
+            topic_ids=tuple(sorted(ctx.topic_ids.items())),
         )
         if not event.reply.done():
             event.reply.set_result(description)

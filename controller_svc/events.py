@@ -53,7 +53,7 @@ class Event:
         """Called instead of processing when the event is dropped by clear_and_put."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReplyEvent(Event):
     """An event that answers a caller. Preemption fails the reply with NOT_CONTROLLER."""
 
@@ -119,6 +119,60 @@ class BrokerModifications(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class TopicChange(Event):
+    state: ControllerState = _event(ControllerState.TOPIC_CHANGE)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionModifications(Event):
+    topic: str = ""
+    state: ControllerState = _event(ControllerState.TOPIC_CHANGE)
+
+
+@dataclass(frozen=True, slots=True)
+class IsrChangeNotification(Event):
+    state: ControllerState = _event(ControllerState.ISR_CHANGE)
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirEventNotification(Event):
+    state: ControllerState = _event(ControllerState.LOG_DIR_CHANGE)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfigChange(Event):
+    """/config/changes has new notifications (e.g. a topic's unclean.leader.election.enable)."""
+
+    state: ControllerState = _event(ControllerState.TOPIC_UNCLEAN_LEADER_ELECTION_ENABLE)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsrResponseReceived(Event):
+    broker_id: int = -1
+    error_code: int = 0
+    # (topic, partition, error code) per partition
+    partition_errors: tuple[tuple[str, int, int], ...] = ()
+    state: ControllerState = _event(ControllerState.LEADER_AND_ISR_RESPONSE_RECEIVED)
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    name: str
+    partitions: int
+    replication_factor: int
+    # partition -> replicas; when given, partitions and replication_factor are -1
+    assignment: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    configs: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateTopics(ReplyEvent):
+    topics: tuple[NewTopic, ...] = ()
+    validate_only: bool = False
+    state: ControllerState = _event(ControllerState.TOPIC_CHANGE)
+
+
+@dataclass(frozen=True, slots=True)
 class ControlRequestCompleted(Event):
     """A broker answered a control request (Kafka's *ResponseReceived events)."""
 
@@ -129,9 +183,10 @@ class ControlRequestCompleted(Event):
     state: ControllerState = _event(ControllerState.UPDATE_METADATA_RESPONSE_RECEIVED)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DescribeCluster(ReplyEvent):
-    pass
+    include_partitions: bool = False
+    topics: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,15 +1,19 @@
-"""Loading cluster metadata from ZooKeeper with pipelined reads (never one round trip per
+"""Reading cluster metadata from ZooKeeper with pipelined reads (never one round trip per
 znode in series). Corrupt znodes are reported, counted and skipped; they never stop a load."""
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from controller_svc import metrics
 from controller_svc.context import ControllerContext
-from controller_svc.errors import CorruptZnodeError
-from controller_svc.model import BrokerInfo, TopicPartition
+from controller_svc.errors import ControllerError, CorruptZnodeError
+from controller_svc.model import BrokerInfo, ReplicaAssignment, TopicPartition
+from controller_svc.topics import validate_assignment
 from controller_svc.zk import codecs, paths
 from controller_svc.zk.client import ZkClient
 
@@ -40,28 +44,99 @@ async def load_brokers(zk: ZkClient, watch: bool) -> dict[int, BrokerInfo]:
     return brokers
 
 
-async def load_topics(zk: ZkClient, ctx: ControllerContext) -> None:
-    """Every topic's assignment and every partition's leader/ISR state."""
-    topics = await zk.get_children_or_empty(paths.BROKER_TOPICS)
-    reads = await zk.get_many([paths.topic_path(t) for t in topics])
+@dataclass(frozen=True, slots=True)
+class LoadedTopic:
+    name: str
+    assignments: dict[int, ReplicaAssignment]
+    topic_id: str | None
+
+
+async def load_topic_names(zk: ZkClient, watch: bool) -> list[str]:
+    return await zk.get_children_or_empty(paths.BROKER_TOPICS, watch=watch)
+
+
+async def load_topics(zk: ZkClient, topics: Sequence[str], watch: bool) -> dict[str, LoadedTopic]:
+    """Topic znodes (versions 1-3). A malformed one (bad JSON, bad partition ids, empty or
+    duplicate replica lists) is logged, counted and left out; the others load."""
+    reads = await zk.pipelined([functools.partial(zk.get_or_none, paths.topic_path(t), watch=watch) for t in topics])
+    result: dict[str, LoadedTopic] = {}
     for topic, got in zip(topics, reads, strict=True):
         if got is None:
             continue
+        path = paths.topic_path(topic)
         try:
-            znode = codecs.decode_topic(paths.topic_path(topic), got[0])
-        except CorruptZnodeError as e:
+            znode = codecs.decode_topic(path, got[0])
+            validate_assignment(znode.partitions)
+        except (CorruptZnodeError, ControllerError) as e:
             metrics.CORRUPT_ZNODES.labels("topic").inc()
-            log.error("ignoring topic %s: %s", topic, e)
+            log.error("ignoring topic %s: %s: %s", topic, path, e)
             continue
-        ctx.assignments[topic] = dict(znode.partitions)
-    partitions = ctx.all_partitions()
+        result[topic] = LoadedTopic(
+            topic,
+            {
+                p: ReplicaAssignment(r, znode.adding_replicas.get(p, ()), znode.removing_replicas.get(p, ()))
+                for p, r in znode.partitions.items()
+            },
+            znode.topic_id,
+        )
+    return result
+
+
+async def load_partition_states(zk: ZkClient, ctx: ControllerContext, partitions: Sequence[TopicPartition]) -> None:
     state_paths = [paths.partition_state_path(tp.topic, tp.partition) for tp in partitions]
     states = await zk.get_many(state_paths)
     for tp, path, got in zip(partitions, state_paths, states, strict=True):
         if got is None:
+            ctx.partition_states.pop(tp, None)
             continue
         try:
             ctx.partition_states[tp] = codecs.decode_partition_state(path, got[0], got[1].version)
         except CorruptZnodeError as e:
             metrics.CORRUPT_ZNODES.labels("partition_state").inc()
-            log.error("ignoring state of %s: %s", TopicPartition(tp.topic, tp.partition), e)
+            log.error("ignoring state of %s: %s", tp, e)
+
+
+async def load_topic_configs(zk: ZkClient, topics: Sequence[str]) -> dict[str, dict[str, str]]:
+    reads = await zk.get_many([f"{paths.CONFIG_TOPICS}/{t}" for t in topics])
+    configs: dict[str, dict[str, str]] = {}
+    for topic, got in zip(topics, reads, strict=True):
+        if got is None:
+            continue
+        try:
+            obj = json.loads(got[0].decode("utf-8") or "{}")
+            config = obj.get("config", {}) if isinstance(obj, dict) else None
+            if not isinstance(config, dict):
+                raise ValueError("config must be an object")
+            configs[topic] = {str(k): str(v) for k, v in config.items()}
+        except (ValueError, UnicodeDecodeError) as e:
+            metrics.CORRUPT_ZNODES.labels("topic_config").inc()
+            log.error("ignoring config of topic %s: %s", topic, e)
+    return configs
+
+
+async def load_all(zk: ZkClient, ctx: ControllerContext) -> None:
+    """Failover: every topic's assignment and config, every partition's leader and ISR."""
+    names = await load_topic_names(zk, watch=True)
+    topics = await load_topics(zk, names, watch=True)
+    for topic in topics.values():
+        ctx.assignments[topic.name] = dict(topic.assignments)
+        if topic.topic_id:
+            ctx.topic_ids[topic.name] = topic.topic_id
+    ctx.topic_configs.update(await load_topic_configs(zk, sorted(topics)))
+    await load_partition_states(zk, ctx, ctx.all_partitions())
+
+
+async def read_notifications(zk: ZkClient, parent: str, watch: bool) -> list[tuple[str, dict[str, object] | None]]:
+    """Children of a notification path with their JSON (None when it does not parse)."""
+    children = await zk.get_children_or_empty(parent, watch=watch)
+    reads = await zk.get_many([f"{parent}/{c}" for c in children])
+    result: list[tuple[str, dict[str, object] | None]] = []
+    for child, got in zip(children, reads, strict=True):
+        if got is None:
+            continue
+        try:
+            obj = json.loads(got[0].decode("utf-8"))
+            result.append((child, obj if isinstance(obj, dict) else None))
+        except (ValueError, UnicodeDecodeError):
+            result.append((child, None))
+    return result

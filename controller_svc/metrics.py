@@ -57,3 +57,22 @@ REQUEST_ERRORS = Counter(
 def serve(host: str, port: int) -> None:
     """Expose /metrics on host:port (a daemon thread of prometheus_client)."""
     start_http_server(port, addr=host)
+
+
+OFFLINE_PARTITIONS = Gauge(
+    "kafka_controller_kafkacontroller_offlinepartitionscount", "Partitions without a leader (not being deleted)"
+)
+PREFERRED_REPLICA_IMBALANCE = Gauge(
+    "kafka_controller_kafkacontroller_preferredreplicaimbalancecount", "Partitions not led by their preferred replica"
+)
+UNCLEAN_LEADER_ELECTIONS = Counter(
+    "kafka_controller_controllerstats_uncleanleaderelectionspersec", "Unclean leader elections"
+)
+STATE_RATE_AND_TIME_MS = Summary(
+    "kafka_controller_controllerstats_rateandtimems",
+    "Time spent per controller state (Kafka's <State>RateAndTimeMs)",
+    ["state"],
+)
+ADMIN_REQUEST_ERRORS = Counter(
+    "kcontroller_admin_request_errors_total", "Admin requests refused, by API and Kafka error", ["api", "error"]
+)

@@ -76,3 +76,35 @@ class LeaderIsrAndControllerEpoch:
     isr: tuple[int, ...]
     zk_version: int
     controller_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaAssignment:
+    """A partition's replicas in assignment order, with the KIP-455 reassignment sets."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def is_being_reassigned(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """RAR: the replicas once the reassignment completes."""
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def origin_replicas(self) -> tuple[int, ...]:
+        """OAR: the replicas before the reassignment started."""
+        return tuple(r for r in self.replicas if r not in self.adding)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PartitionAndReplica:
+    tp: TopicPartition
+    replica: int
+
+    def __str__(self) -> str:
+        return f"[{self.tp},{self.replica}]"

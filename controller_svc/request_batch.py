@@ -1,15 +1,46 @@
-"""Building control requests from the controller context (ControllerBrokerRequestBatch).
+"""The request batch (ControllerBrokerRequestBatch, reference section 6).
 
-Pure: it turns context data into protobuf messages; the channel manager sends them.
+State changes add requests here; `send` turns them into one LeaderAndIsr, one
+UpdateMetadata and one StopReplica request per broker, in that order, each carrying that
+broker's epoch, and hands them to a `RequestSink` (the channel manager). Building is pure.
+
+Rules: one state per (broker, partition), last write wins; `is_new` is sticky; a
+LeaderAndIsr also queues an UpdateMetadata of that partition to every live or
+shutting-down broker; the StopReplica delete flag is sticky and its leader epoch is -2 for a
+topic being deleted; UpdateMetadata marks such a topic's partitions with leader -2.
+Starting a batch while one is pending is a bug (IllegalStateError: the controller resigns).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from controller_svc.context import ControllerContext
-from controller_svc.model import NO_LEADER, BrokerInfo, TopicPartition
+from controller_svc.errors import IllegalStateError
+from controller_svc.model import (
+    LEADER_DURING_DELETE,
+    NO_LEADER,
+    BrokerInfo,
+    LeaderIsrAndControllerEpoch,
+    ReplicaAssignment,
+    TopicPartition,
+)
 from kcontroller.v1 import broker_pb2, common_pb2
+
+EPOCH_DURING_DELETE = -2
+NO_EPOCH = -1
+
+API_LEADER_AND_ISR = "LeaderAndIsr"
+API_UPDATE_METADATA = "UpdateMetadata"
+API_STOP_REPLICA = "StopReplica"
+
+ResponseCallback = Callable[[int, str, Any], None]
+
+
+class RequestSink(Protocol):
+    def send(self, broker_id: int, api: str, request: Any, callback: ResponseCallback | None) -> bool: ...
 
 
 def live_broker_message(info: BrokerInfo) -> common_pb2.LiveBroker:
@@ -25,15 +56,18 @@ def live_broker_message(info: BrokerInfo) -> common_pb2.LiveBroker:
 
 
 def metadata_partition_state(ctx: ControllerContext, tp: TopicPartition) -> common_pb2.PartitionState:
-    """UpdateMetadataPartitionState of one partition; a partition with no state znode yet
-    is announced without a leader."""
+    """UpdateMetadataPartitionState of one partition; a partition with no state znode yet is
+    announced without a leader, a topic being deleted with leader -2."""
     state = ctx.partition_states.get(tp)
     replicas = ctx.replicas(tp)
+    leader = state.leader if state else NO_LEADER
+    if ctx.is_topic_queued_for_deletion(tp.topic):
+        leader = LEADER_DURING_DELETE
     return common_pb2.PartitionState(
         topic=tp.topic,
         partition=tp.partition,
         controller_epoch=state.controller_epoch if state else ctx.epoch,
-        leader=state.leader if state else NO_LEADER,
+        leader=leader,
         leader_epoch=state.leader_epoch if state else -1,
         isr=list(state.isr) if state else [],
         zk_version=state.zk_version if state else -1,
@@ -43,13 +77,10 @@ def metadata_partition_state(ctx: ControllerContext, tp: TopicPartition) -> comm
 
 
 def build_update_metadata(
-    controller_id: int,
-    ctx: ControllerContext,
-    broker_id: int,
-    partitions: Iterable[TopicPartition],
+    controller_id: int, ctx: ControllerContext, broker_id: int, partitions: Iterable[TopicPartition]
 ) -> broker_pb2.UpdateMetadataRequest:
-    """An UpdateMetadata for one broker, carrying that broker's epoch (KIP-380) and every
-    live or shutting-down broker."""
+    """An UpdateMetadata for one broker, carrying that broker's epoch (KIP-380) and every live
+    or shutting-down broker."""
     return broker_pb2.UpdateMetadataRequest(
         controller_id=controller_id,
         controller_epoch=ctx.epoch,
@@ -57,3 +88,175 @@ def build_update_metadata(
         partition_states=[metadata_partition_state(ctx, tp) for tp in sorted(partitions)],
         live_brokers=[live_broker_message(ctx.live_brokers[b]) for b in sorted(ctx.live_brokers)],
     )
+
+
+@dataclass(slots=True)
+class _StopReplica:
+    delete: bool
+    leader_epoch: int
+
+
+@dataclass
+class RequestBatch:
+    controller_id: int
+    ctx: ControllerContext
+    on_leader_and_isr_response: ResponseCallback | None = None
+    on_stop_replica_response: ResponseCallback | None = None
+    leader_and_isr: dict[int, dict[TopicPartition, common_pb2.PartitionState]] = field(default_factory=dict)
+    update_metadata_brokers: set[int] = field(default_factory=set)
+    update_metadata_partitions: set[TopicPartition] = field(default_factory=set)
+    stop_replica: dict[int, dict[TopicPartition, _StopReplica]] = field(default_factory=dict)
+    _open: bool = False
+
+    def __repr__(self) -> str:
+        return (
+            f"RequestBatch(open={self._open}, leader_and_isr={ {b: len(p) for b, p in self.leader_and_isr.items()} }, "
+            f"update_metadata={sorted(self.update_metadata_brokers)}x{len(self.update_metadata_partitions)}, "
+            f"stop_replica={ {b: len(p) for b, p in self.stop_replica.items()} })"
+        )
+
+    @property
+    def is_pending(self) -> bool:
+        return bool(self.leader_and_isr or self.update_metadata_brokers or self.stop_replica)
+
+    def new_batch(self) -> None:
+        if self._open or self.is_pending:
+            raise IllegalStateError(f"a new request batch was started while one is pending: {self!r}")
+        self._open = True
+
+    def clear(self) -> None:
+        self.leader_and_isr.clear()
+        self.update_metadata_brokers.clear()
+        self.update_metadata_partitions.clear()
+        self.stop_replica.clear()
+        self._open = False
+
+    def add_leader_and_isr(
+        self,
+        broker_ids: Iterable[int],
+        tp: TopicPartition,
+        state: LeaderIsrAndControllerEpoch,
+        assignment: ReplicaAssignment,
+        is_new: bool,
+    ) -> None:
+        for broker_id in broker_ids:
+            if broker_id < 0:
+                continue
+            per_broker = self.leader_and_isr.setdefault(broker_id, {})
+            previous = per_broker.get(tp)
+            per_broker[tp] = common_pb2.PartitionState(
+                topic=tp.topic,
+                partition=tp.partition,
+                controller_epoch=state.controller_epoch,
+                leader=state.leader,
+                leader_epoch=state.leader_epoch,
+                isr=list(state.isr),
+                zk_version=state.zk_version,
+                replicas=list(assignment.replicas),
+                adding_replicas=list(assignment.adding),
+                removing_replicas=list(assignment.removing),
+                is_new=is_new or (previous is not None and previous.is_new),
+            )
+        self.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, [tp])
+
+    def add_update_metadata(self, broker_ids: Iterable[int], partitions: Iterable[TopicPartition]) -> None:
+        self.update_metadata_brokers.update(b for b in broker_ids if b >= 0)
+        self.update_metadata_partitions.update(partitions)
+
+    def add_stop_replica(self, broker_ids: Iterable[int], tp: TopicPartition, delete: bool) -> None:
+        if self.ctx.is_topic_queued_for_deletion(tp.topic):
+            leader_epoch = EPOCH_DURING_DELETE
+        else:
+            state = self.ctx.partition_states.get(tp)
+            leader_epoch = state.leader_epoch if state is not None else NO_EPOCH
+        for broker_id in broker_ids:
+            if broker_id < 0:
+                continue
+            per_broker = self.stop_replica.setdefault(broker_id, {})
+            previous = per_broker.get(tp)
+            per_broker[tp] = _StopReplica(delete or (previous is not None and previous.delete), leader_epoch)
+
+    def build(self) -> list[tuple[int, str, Any]]:
+        """The requests to send, in per-broker order LeaderAndIsr, UpdateMetadata, StopReplica;
+        only for live or shutting-down brokers."""
+        ctx = self.ctx
+        live = ctx.live_or_shutting_down_broker_ids
+        requests: list[tuple[int, str, Any]] = []
+        for broker_id in sorted(self.leader_and_isr):
+            if broker_id not in live:
+                continue
+            states = self.leader_and_isr[broker_id]
+            leaders = {s.leader for s in states.values()}
+            requests.append(
+                (
+                    broker_id,
+                    API_LEADER_AND_ISR,
+                    broker_pb2.LeaderAndIsrRequest(
+                        controller_id=self.controller_id,
+                        controller_epoch=ctx.epoch,
+                        broker_epoch=ctx.broker_epoch(broker_id),
+                        partition_states=[states[tp] for tp in sorted(states)],
+                        live_leaders=[live_broker_message(ctx.live_brokers[b]) for b in sorted(leaders) if b in live],
+                    ),
+                )
+            )
+        if self.update_metadata_brokers:
+            partition_states = [metadata_partition_state(ctx, tp) for tp in sorted(self.update_metadata_partitions)]
+            live_brokers = [live_broker_message(ctx.live_brokers[b]) for b in sorted(ctx.live_brokers)]
+            for broker_id in sorted(self.update_metadata_brokers):
+                if broker_id not in live:
+                    continue
+                requests.append(
+                    (
+                        broker_id,
+                        API_UPDATE_METADATA,
+                        broker_pb2.UpdateMetadataRequest(
+                            controller_id=self.controller_id,
+                            controller_epoch=ctx.epoch,
+                            broker_epoch=ctx.broker_epoch(broker_id),
+                            partition_states=partition_states,
+                            live_brokers=live_brokers,
+                        ),
+                    )
+                )
+        for broker_id in sorted(self.stop_replica):
+            if broker_id not in live:
+                continue
+            partitions = self.stop_replica[broker_id]
+            requests.append(
+                (
+                    broker_id,
+                    API_STOP_REPLICA,
+                    broker_pb2.StopReplicaRequest(
+                        controller_id=self.controller_id,
+                        controller_epoch=ctx.epoch,
+                        broker_epoch=ctx.broker_epoch(broker_id),
+                        partitions=[
+                            broker_pb2.StopReplicaPartition(
+                                topic=tp.topic,
+                                partition=tp.partition,
+                                leader_epoch=partitions[tp].leader_epoch,
+                                delete_partition=partitions[tp].delete,
+                            )
+                            for tp in sorted(partitions)
+                        ],
+                    ),
+                )
+            )
+        return requests
+
+    def send(self, sink: RequestSink) -> int:
+        """Send everything and close the batch; returns the number of requests."""
+        try:
+            requests = self.build()
+            for broker_id, api, request in requests:
+                if api == API_LEADER_AND_ISR:
+                    callback = self.on_leader_and_isr_response
+                elif api == API_STOP_REPLICA:
+                    callback = self.on_stop_replica_response
+                else:
+                    callback = None
+                sink.send(broker_id, api, request, callback)
+            return len(requests)
+        finally:
+            self.clear()

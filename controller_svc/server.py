@@ -4,13 +4,17 @@ naming the active controller."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import grpc
 
+from controller_svc import events as ev
+from controller_svc import metrics
 from controller_svc.controller import Controller
-from controller_svc.errors import ControllerError, ErrorCode
+from controller_svc.errors import ControllerError, ErrorCode, NotControllerError
 from controller_svc.request_batch import live_broker_message
+from controller_svc.topic_admin import CreateTopicResult
 from kcontroller.v1 import controller_pb2, controller_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -22,11 +26,15 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     def __init__(self, controller: Controller) -> None:
         self.controller = controller
 
+    async def _active_controller(self) -> controller_pb2.ControllerEndpoint:
+        active = self.controller.active_controller_id
+        return controller_pb2.ControllerEndpoint(id=active, grpc=await self.controller.controller_endpoint(active))
+
     async def DescribeCluster(
         self, request: controller_pb2.DescribeClusterRequest, context: grpc.aio.ServicerContext
     ) -> controller_pb2.DescribeClusterResponse:
         try:
-            description = await self.controller.describe()
+            description = await self.controller.describe(request.include_partitions, tuple(request.topics))
         except ControllerError as e:
             return controller_pb2.DescribeClusterResponse(
                 error_code=int(e.code), error_message=str(e), responder_id=self.controller.id
@@ -41,7 +49,28 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             live_brokers=[live_broker_message(b) for b in description.live_brokers],
             partition_count=description.partition_count,
             topic_count=description.topic_count,
+            offline_partition_count=description.offline_partition_count,
+            preferred_replica_imbalance_count=description.preferred_replica_imbalance_count,
+            topic_ids=dict(description.topic_ids),
         )
+        live = {b.broker_id for b in description.live_brokers}
+        for tp, assignment, state in description.partitions:
+            replicas = list(assignment.replicas) if assignment else []
+            response.partitions.append(
+                controller_pb2.PartitionDescription(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    replicas=replicas,
+                    adding_replicas=list(assignment.adding) if assignment else [],
+                    removing_replicas=list(assignment.removing) if assignment else [],
+                    leader=state.leader if state else -1,
+                    leader_epoch=state.leader_epoch if state else -1,
+                    isr=list(state.isr) if state else [],
+                    zk_version=state.zk_version if state else -1,
+                    offline_replicas=[r for r in replicas if r not in live],
+                    has_state=state is not None,
+                )
+            )
         if not description.active:
             response.error_code = int(ErrorCode.NOT_CONTROLLER)
             response.error_message = (
@@ -49,3 +78,44 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                 f"{description.active_controller_id} at {description.active_controller_endpoint or '?'}"
             )
         return response
+
+    async def CreateTopics(
+        self, request: controller_pb2.CreateTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.CreateTopicsResponse:
+        topics = tuple(
+            ev.NewTopic(
+                name=t.name,
+                partitions=t.num_partitions,
+                replication_factor=t.replication_factor,
+                assignment=tuple((a.partition, tuple(a.replicas)) for a in t.assignments),
+                configs=tuple(sorted(t.configs.items())),
+            )
+            for t in request.topics
+        )
+        reply: asyncio.Future[list[CreateTopicResult]] = asyncio.get_running_loop().create_future()
+        try:
+            results = await self.controller.submit(
+                ev.CreateTopics(reply=reply, topics=topics, validate_only=request.validate_only)
+            )
+        except NotControllerError as e:
+            metrics.ADMIN_REQUEST_ERRORS.labels("CreateTopics", "NOT_CONTROLLER").inc()
+            return controller_pb2.CreateTopicsResponse(
+                error_code=int(e.code), error_message=str(e), active_controller=await self._active_controller()
+            )
+        except ControllerError as e:
+            return controller_pb2.CreateTopicsResponse(error_code=int(e.code), error_message=str(e))
+        return controller_pb2.CreateTopicsResponse(
+            topics=[
+                controller_pb2.CreatableTopicResult(
+                    name=r.name,
+                    error_code=r.error_code,
+                    error_message=r.error_message,
+                    topic_id=r.topic_id,
+                    assignments=[
+                        controller_pb2.ReplicaAssignment(partition=p, replicas=list(rs))
+                        for p, rs in sorted(r.assignment.items())
+                    ],
+                )
+                for r in results
+            ]
+        )

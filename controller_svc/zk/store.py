@@ -22,7 +22,7 @@ from controller_svc.errors import (
     ZkNoNodeError,
 )
 from controller_svc.zk import codecs, paths
-from controller_svc.zk.client import CheckOp, CreateOp, MultiOpError, OpResult, SetDataOp, ZkClient, ZkOp
+from controller_svc.zk.client import CheckOp, CreateOp, DeleteOp, MultiOpError, OpResult, SetDataOp, ZkClient, ZkOp
 
 log = logging.getLogger(__name__)
 
@@ -194,3 +194,17 @@ class ControllerZkStore:
         for start in range(0, len(ops), max_ops):
             results.extend(await self.fenced_multi(ops[start : start + max_ops]))
         return results
+
+    async def fenced_delete(self, paths_to_delete: Sequence[str], max_ops: int = DEFAULT_MAX_OPS_PER_MULTI) -> None:
+        """Delete znodes behind the epoch check; ones already gone are skipped."""
+        pending: list[ZkOp] = [DeleteOp(p) for p in paths_to_delete]
+        while pending:
+            chunk, pending = pending[:max_ops], pending[max_ops:]
+            while chunk:
+                try:
+                    await self.fenced_multi(chunk)
+                    chunk = []
+                except MultiOpError as e:
+                    if not isinstance(e.cause, ZkNoNodeError):
+                        raise e.cause from e
+                    chunk = chunk[: e.index] + chunk[e.index + 1 :]

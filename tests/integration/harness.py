@@ -131,3 +131,83 @@ async def _dead(pid: int) -> bool:
     from controller_svc.zookeeper_launcher import pid_alive
 
     return not pid_alive(pid)
+
+
+# --- partitions ---------------------------------------------------------------------------------
+
+
+async def admin(cluster: Cluster) -> Any:
+    from controller_svc.admin_client import AdminClient
+
+    return AdminClient(zookeeper=cluster.zookeeper)
+
+
+async def create_topic(
+    cluster: Cluster,
+    name: str,
+    partitions: int = -1,
+    replication_factor: int = -1,
+    assignment: dict[int, list[int]] | None = None,
+    configs: dict[str, str] | None = None,
+) -> Any:
+    from kcontroller.v1 import controller_pb2
+
+    client = await admin(cluster)
+    topic = controller_pb2.CreatableTopic(
+        name=name,
+        num_partitions=partitions,
+        replication_factor=replication_factor,
+        configs=configs or {},
+        assignments=[controller_pb2.ReplicaAssignment(partition=p, replicas=r) for p, r in (assignment or {}).items()],
+    )
+    response = await client.create_topics(controller_pb2.CreateTopicsRequest(topics=[topic]))
+    return response.topics[0]
+
+
+async def partitions(cluster: Cluster, topic: str | None = None) -> dict[tuple[str, int], Any]:
+    client = await admin(cluster)
+    description = await client.describe_cluster(include_partitions=True, topics=[topic] if topic else [])
+    return {(p.topic, p.partition): p for p in description.partitions}
+
+
+async def describe(cluster: Cluster) -> Any:
+    return await (await admin(cluster)).describe_cluster()
+
+
+async def roles(cluster: Cluster, broker_id: int) -> dict[tuple[str, int], Any]:
+    description = await cluster.describe_broker(broker_id)
+    assert description is not None, f"broker {broker_id} unreachable"
+    return {(r.topic, r.partition): r for r in description.roles}
+
+
+async def brokers_agree_with_controller(cluster: Cluster, topic: str, broker_ids: list[int]) -> bool:
+    """Every live replica of every partition has applied the controller's leader and epoch."""
+    current = await partitions(cluster, topic)
+    if not current:
+        return False
+    for broker_id in broker_ids:
+        mine = await roles(cluster, broker_id)
+        for key, p in current.items():
+            if broker_id not in p.replicas or broker_id in p.offline_replicas:
+                continue
+            role = mine.get(key)
+            if role is None or role.leader_epoch != p.leader_epoch or role.leader != p.leader:
+                return False
+            expected = "leader" if p.leader == broker_id else "follower"
+            if role.role != expected:
+                return False
+    return True
+
+
+def leader_epochs_never_regress(records: list[dict[str, Any]]) -> None:
+    """Per broker and partition, applied leader epochs strictly increase (LeaderAndIsr roles)."""
+    last: dict[tuple[str, str, int], int] = {}
+    for r in records:
+        if r["kind"] == "broker.started":  # a new process starts with no partition state
+            last = {k: v for k, v in last.items() if k[0] != r["node"]}
+            continue
+        if r["kind"] != "partition.role_changed" or r["role"] not in ("leader", "follower"):
+            continue
+        key = (r["node"], r["topic"], r["partition"])
+        assert r["leader_epoch"] > last.get(key, -1), f"leader epoch went backwards on {key}: {r}"
+        last[key] = r["leader_epoch"]

@@ -1,0 +1,105 @@
+"""Client side of the Controller service: finds the active controller from ZooKeeper alone
+(/controller names it; /kcontroller/controllers/<id> holds its endpoint) or from any
+controller, and follows NOT_CONTROLLER answers to the active one."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from controller_svc.errors import ControllerError, CorruptZnodeError, ErrorCode
+from controller_svc.zk import codecs, paths
+from controller_svc.zk.client import ZkClient
+from kcontroller.v1 import controller_pb2, controller_pb2_grpc
+
+T = TypeVar("T")
+
+MAX_REDIRECTS = 3
+
+
+class AdminError(ControllerError):
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+async def find_active_controller(zookeeper: str, timeout_s: float = 10.0) -> str:
+    zk = ZkClient(zookeeper, 10000)
+    await zk.start(timeout_s=timeout_s)
+    try:
+        got = await zk.get_or_none(paths.CONTROLLER)
+        if got is None:
+            raise AdminError("no active controller: /controller does not exist", ErrorCode.NOT_CONTROLLER)
+        try:
+            controller_id = codecs.decode_controller(got[0]).broker_id
+        except CorruptZnodeError as e:
+            raise AdminError(str(e), ErrorCode.NOT_CONTROLLER) from e
+        endpoint = await zk.get_or_none(paths.controller_endpoint_path(controller_id))
+        if endpoint is None:
+            raise AdminError(f"controller {controller_id} has not published its endpoint yet", ErrorCode.NOT_CONTROLLER)
+        return codecs.decode_controller_endpoint(paths.controller_endpoint_path(controller_id), endpoint[0])
+    finally:
+        await zk.close()
+
+
+def zookeeper_of_cluster_dir(directory: str) -> str:
+    path = pathlib.Path(directory) / "cluster.json"
+    try:
+        return str(json.loads(path.read_text())["zookeeper"])
+    except (OSError, ValueError, KeyError) as e:
+        raise AdminError(f"cannot read the cluster's ZooKeeper from {path}: {e}") from e
+
+
+class AdminClient:
+    def __init__(self, controller: str | None = None, zookeeper: str | None = None, timeout_s: float = 30.0) -> None:
+        if not controller and not zookeeper:
+            raise AdminError("give a controller address or a ZooKeeper connect string")
+        self.controller = controller
+        self.zookeeper = zookeeper
+        self.timeout_s = timeout_s
+
+    async def _address(self) -> str:
+        if self.controller:
+            return self.controller
+        assert self.zookeeper is not None
+        self.controller = await find_active_controller(self.zookeeper)
+        return self.controller
+
+    async def _call(
+        self, method: Callable[[controller_pb2_grpc.ControllerStub], Callable[..., Awaitable[T]]], request: Any
+    ) -> T:
+        address = await self._address()
+        for _ in range(MAX_REDIRECTS + 1):
+            async with grpc.aio.insecure_channel(address) as channel:
+                try:
+                    response = await method(controller_pb2_grpc.ControllerStub(channel))(
+                        request, timeout=self.timeout_s
+                    )
+                except grpc.aio.AioRpcError as e:
+                    raise AdminError(f"controller at {address}: {e.code().name} {e.details()}") from e
+            if getattr(response, "error_code", 0) != ErrorCode.NOT_CONTROLLER:
+                return response
+            answer: Any = response
+            redirect = answer.active_controller.grpc
+            if not redirect or redirect == address:
+                raise AdminError(
+                    f"controller at {address} is not active and knows no active controller: {answer.error_message}",
+                    ErrorCode.NOT_CONTROLLER,
+                )
+            address = self.controller = redirect
+        raise AdminError("too many NOT_CONTROLLER redirects", ErrorCode.NOT_CONTROLLER)
+
+    async def describe_cluster(
+        self, include_partitions: bool = False, topics: list[str] | None = None
+    ) -> controller_pb2.DescribeClusterResponse:
+        return await self._call(
+            lambda stub: stub.DescribeCluster,
+            controller_pb2.DescribeClusterRequest(include_partitions=include_partitions, topics=topics or []),
+        )
+
+    async def create_topics(self, request: controller_pb2.CreateTopicsRequest) -> controller_pb2.CreateTopicsResponse:
+        return await self._call(lambda stub: stub.CreateTopics, request)
