@@ -46,13 +46,13 @@ async def test_topic_creation_with_all_brokers_live(cluster_factory) -> None:
         what="brokers to apply the new partitions",
     )
     current = await partitions(cluster, "orders")
-    for (_, p), description in current.items():
+    for description in current.values():
         assert description.leader == description.replicas[0] and description.leader_epoch == 0
         assert list(description.isr) == list(description.replicas)
     zk = await cluster.zk()
     try:
         topic, _ = await zk.get(paths.topic_path("orders"))
-        state, stat = await zk.get(paths.partition_state_path("orders", 0))
+        state, _ = await zk.get(paths.partition_state_path("orders", 0))
     finally:
         await zk.close()
     znode = json.loads(topic)
@@ -346,8 +346,6 @@ async def test_controller_killed_while_moving_leaders_converges(cluster_factory)
     cluster.kill(cluster.broker(3))
     await asyncio.sleep(cluster.session_timeout_ms / 1000.0)
     cluster.kill(cluster.controller(snap.controller_id))
-    after = await cluster.converged(min_epoch=snap.controller_epoch + 1, timeout_s=60) if False else None
-    del after
 
     async def converged() -> bool:
         current = await partitions(cluster, "many")

@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import pytest
+
+from controller_svc.errors import IllegalStateError
+from controller_svc.model import LeaderIsrAndControllerEpoch, ReplicaAssignment, TopicPartition
+from controller_svc.request_batch import RequestBatch
+from tests.unit.fakes import RecordingSink, broker, context
+
+T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
+ASSIGNMENT = ReplicaAssignment((1, 2, 3))
+
+
+def state(leader: int, epoch: int) -> LeaderIsrAndControllerEpoch:
+    return LeaderIsrAndControllerEpoch(leader, epoch, (1, 2, 3), epoch, 3)
+
+
+def make() -> tuple[RequestBatch, RecordingSink]:
+    ctx = context([1, 2, 3, 4], {"t": {0: [1, 2, 3], 1: [1, 2, 3]}})
+    ctx.live_brokers[4] = broker(4, epoch=444)
+    ctx.shutting_down_broker_ids.add(4)
+    return RequestBatch(9, ctx), RecordingSink()
+
+
+def test_one_state_per_broker_and_partition_last_write_wins_is_new_sticky() -> None:
+    batch, sink = make()
+    batch.new_batch()
+    batch.add_leader_and_isr([1, 2], T0, state(1, 1), ASSIGNMENT, is_new=True)
+    batch.add_leader_and_isr([1, 2], T0, state(2, 2), ASSIGNMENT, is_new=False)
+    batch.send(sink)
+    leader_and_isr = [(b, r) for b, api, r in sink.sent if api == "LeaderAndIsr"]
+    assert [b for b, _ in leader_and_isr] == [1, 2]
+    for _, request in leader_and_isr:
+        assert len(request.partition_states) == 1
+        p = request.partition_states[0]
+        assert p.leader == 2 and p.leader_epoch == 2 and p.is_new
+        assert [lb.id for lb in request.live_leaders] == [2]
+
+
+def test_leader_and_isr_implies_update_metadata_to_live_and_shutting_down_brokers_in_order() -> None:
+    batch, sink = make()
+    batch.new_batch()
+    batch.add_leader_and_isr([1], T0, state(1, 1), ASSIGNMENT, is_new=False)
+    batch.add_stop_replica([1], T1, delete=False)
+    batch.send(sink)
+    assert [(b, api) for b, api, _ in sink.sent] == [
+        (1, "LeaderAndIsr"),
+        (1, "UpdateMetadata"),
+        (2, "UpdateMetadata"),
+        (3, "UpdateMetadata"),
+        (4, "UpdateMetadata"),
+        (1, "StopReplica"),
+    ]
+    per_broker_order = [api for b, api, _ in sink.sent if b == 1]
+    assert per_broker_order == ["LeaderAndIsr", "UpdateMetadata", "StopReplica"]
+
+
+def test_each_request_carries_its_brokers_epoch_and_dead_brokers_get_nothing() -> None:
+    batch, sink = make()
+    batch.new_batch()
+    batch.add_leader_and_isr([1, 7], T0, state(1, 1), ASSIGNMENT, is_new=False)  # 7 is not live
+    batch.send(sink)
+    assert 7 not in {b for b, _, _ in sink.sent}
+    for broker_id, _, request in sink.sent:
+        assert request.broker_epoch == (444 if broker_id == 4 else 100 + broker_id)
+        assert request.controller_epoch == 3 and request.controller_id == 9
+
+
+def test_stop_replica_delete_is_sticky_and_epoch_is_minus_two_while_deleting() -> None:
+    batch, sink = make()
+    batch.ctx.partition_states[T0] = state(1, 5)
+    batch.new_batch()
+    batch.add_stop_replica([2], T0, delete=True)
+    batch.add_stop_replica([2], T0, delete=False)
+    batch.send(sink)
+    (request,) = [r for _, api, r in sink.sent if api == "StopReplica"]
+    assert request.partitions[0].delete_partition is True and request.partitions[0].leader_epoch == 5
+    batch.ctx.topics_to_be_deleted.add("t")
+    batch.new_batch()
+    batch.add_stop_replica([2], T0, delete=True)
+    batch.add_update_metadata([1], [T0])
+    sink.sent.clear()
+    batch.send(sink)
+    stop = next(r for _, api, r in sink.sent if api == "StopReplica")
+    metadata = next(r for _, api, r in sink.sent if api == "UpdateMetadata")
+    assert stop.partitions[0].leader_epoch == -2
+    assert metadata.partition_states[0].leader == -2
+
+
+def test_starting_a_batch_while_one_is_pending_is_illegal() -> None:
+    batch, _ = make()
+    batch.new_batch()
+    batch.add_update_metadata([1], [])
+    with pytest.raises(IllegalStateError):
+        batch.new_batch()

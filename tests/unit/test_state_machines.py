@@ -1,0 +1,200 @@
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from controller_svc.election import ElectionStrategy
+from controller_svc.errors import ControllerMovedError
+from controller_svc.model import NO_LEADER, LeaderIsrAndControllerEpoch, PartitionAndReplica, TopicPartition
+from controller_svc.partition_state_machine import VALID_PREVIOUS_STATES as PARTITION_TABLE
+from controller_svc.partition_state_machine import PartitionState, PartitionStateMachine
+from controller_svc.replica_state_machine import VALID_PREVIOUS_STATES as REPLICA_TABLE
+from controller_svc.replica_state_machine import ReplicaState, ReplicaStateMachine
+from controller_svc.request_batch import RequestBatch
+from tests.unit.fakes import FakePartitionStore, RecordingSink, context, null_log
+
+T0 = TopicPartition("t", 0)
+
+
+def machines(live=(1, 2, 3), assignment=None, unclean=False):  # type: ignore[no-untyped-def]
+    ctx = context(live, {"t": assignment or {0: [1, 2, 3]}})
+    store = FakePartitionStore()
+    batch = RequestBatch(9, ctx)
+    psm = PartitionStateMachine(ctx, store, batch, null_log(), 9, lambda: unclean)
+    rsm = ReplicaStateMachine(ctx, store, batch, null_log(), 9)
+    return ctx, store, batch, psm, rsm
+
+
+async def bring_online(ctx, store, batch, psm, rsm) -> None:  # type: ignore[no-untyped-def]
+    batch.new_batch()
+    replicas = ctx.all_replicas(ctx.all_partitions())
+    await psm.handle_state_changes(ctx.all_partitions(), PartitionState.NEW)
+    await rsm.handle_state_changes(replicas, ReplicaState.NEW)
+    await psm.handle_state_changes(ctx.all_partitions(), PartitionState.ONLINE)
+    await rsm.handle_state_changes(replicas, ReplicaState.ONLINE)
+    batch.send(RecordingSink())
+
+
+def test_partition_table_matches_the_reference() -> None:
+    S = PartitionState
+    assert {
+        S.NEW: {S.NON_EXISTENT},
+        S.ONLINE: {S.NEW, S.ONLINE, S.OFFLINE},
+        S.OFFLINE: {S.NEW, S.ONLINE, S.OFFLINE},
+        S.NON_EXISTENT: {S.OFFLINE},
+    } == PARTITION_TABLE
+
+
+def test_replica_table_matches_the_reference() -> None:
+    R = ReplicaState
+    assert {
+        R.NEW: {R.NON_EXISTENT},
+        R.ONLINE: {R.NEW, R.ONLINE, R.OFFLINE, R.DELETION_INELIGIBLE},
+        R.OFFLINE: {R.NEW, R.ONLINE, R.OFFLINE, R.DELETION_INELIGIBLE},
+        R.DELETION_STARTED: {R.OFFLINE},
+        R.DELETION_SUCCESSFUL: {R.DELETION_STARTED},
+        R.DELETION_INELIGIBLE: {R.OFFLINE, R.DELETION_STARTED},
+        R.NON_EXISTENT: {R.DELETION_SUCCESSFUL},
+    } == REPLICA_TABLE
+
+
+@pytest.mark.parametrize(("current", "target"), list(itertools.product(PartitionState, PartitionState)))
+async def test_every_partition_transition_is_applied_or_refused_per_the_table(
+    current: PartitionState, target: PartitionState
+) -> None:
+    ctx, store, batch, psm, _ = machines()
+    if current is not PartitionState.NON_EXISTENT:
+        psm.states[T0] = current
+    if current in (PartitionState.ONLINE, PartitionState.OFFLINE):
+        store.znodes[T0] = LeaderIsrAndControllerEpoch(1, 0, (1, 2, 3), 0, 3)
+        ctx.partition_states[T0] = store.znodes[T0]
+    batch.new_batch()
+    result = await psm.handle_state_changes([T0], target, ElectionStrategy.OFFLINE)
+    batch.clear()
+    if current in PARTITION_TABLE[target]:
+        assert not result.invalid
+        assert psm.state(T0) is target
+    else:
+        assert result.invalid == {T0}
+        assert psm.state(T0) is current  # refused: nothing changed
+        assert store.writes == 0
+
+
+@pytest.mark.parametrize(("current", "target"), list(itertools.product(ReplicaState, ReplicaState)))
+async def test_every_replica_transition_is_applied_or_refused_per_the_table(
+    current: ReplicaState, target: ReplicaState
+) -> None:
+    ctx, store, batch, _, rsm = machines()
+    replica = PartitionAndReplica(T0, 2)
+    if current is not ReplicaState.NON_EXISTENT:
+        rsm.states[replica] = current
+    store.znodes[T0] = LeaderIsrAndControllerEpoch(1, 0, (1, 2, 3), 0, 3)
+    ctx.partition_states[T0] = store.znodes[T0]
+    batch.new_batch()
+    result = await rsm.handle_state_changes([replica], target)
+    batch.clear()
+    if current in REPLICA_TABLE[target]:
+        assert not result.invalid
+        assert rsm.state(replica) is target
+    else:
+        assert result.invalid == {replica}
+        assert rsm.state(replica) is current
+        assert store.writes == 0
+
+
+async def test_new_partition_goes_online_with_first_live_replica_and_sends_is_new() -> None:
+    ctx, store, batch, psm, rsm = machines(live=(2, 3))
+    await bring_online(ctx, store, batch, psm, rsm)
+    assert store.znodes[T0] == LeaderIsrAndControllerEpoch(2, 0, (2, 3), 0, 3)
+    assert psm.state(T0) is PartitionState.ONLINE
+
+
+async def test_new_partition_without_live_replicas_stays_new() -> None:
+    ctx, store, batch, psm, rsm = machines(live=(4,))
+    await bring_online(ctx, store, batch, psm, rsm)
+    assert T0 not in store.znodes and psm.state(T0) is PartitionState.NEW
+    assert psm.offline_partition_count() == 0
+
+
+async def test_offline_election_after_leader_failure_and_retry_on_conflict() -> None:
+    ctx, store, batch, psm, rsm = machines()
+    await bring_online(ctx, store, batch, psm, rsm)
+    del ctx.live_brokers[1]
+    store.bump(T0, (1, 3))  # a broker shrank the ISR behind the controller's back
+    batch.new_batch()
+    await psm.handle_state_changes([T0], PartitionState.OFFLINE)
+    result = await psm.handle_state_changes([T0], PartitionState.ONLINE, ElectionStrategy.OFFLINE)
+    batch.clear()
+    assert result.succeeded_all
+    # The first write hit a BadVersion; the re-read ISR (1, 3) decided: leader 3, not 2.
+    assert store.znodes[T0].leader == 3 and store.znodes[T0].isr == (3,)
+    assert store.znodes[T0].leader_epoch == 1
+
+
+async def test_a_newer_controller_epoch_in_zookeeper_means_controller_moved() -> None:
+    ctx, store, batch, psm, rsm = machines()
+    await bring_online(ctx, store, batch, psm, rsm)
+    store.znodes[T0] = LeaderIsrAndControllerEpoch(1, 4, (1, 2, 3), 5, ctx.epoch + 1)
+    batch.new_batch()
+    with pytest.raises(ControllerMovedError):
+        await psm.handle_state_changes([T0], PartitionState.ONLINE, ElectionStrategy.PREFERRED)
+
+
+async def test_no_eligible_leader_keeps_the_partition_offline_and_counted() -> None:
+    ctx, store, batch, psm, rsm = machines(assignment={0: [1, 2]})
+    await bring_online(ctx, store, batch, psm, rsm)
+    ctx.live_brokers.clear()
+    batch.new_batch()
+    await psm.handle_state_changes([T0], PartitionState.OFFLINE)
+    result = await psm.handle_state_changes([T0], PartitionState.ONLINE, ElectionStrategy.OFFLINE)
+    assert T0 in result.failed and psm.state(T0) is PartitionState.OFFLINE
+    assert psm.offline_partition_count() == 1
+
+
+async def test_offline_replica_leaves_isr_and_leader_becomes_minus_one_when_it_led() -> None:
+    ctx, store, batch, psm, rsm = machines(assignment={0: [1, 2], 1: [2, 1]})
+    await bring_online(ctx, store, batch, psm, rsm)
+    batch.new_batch()
+    await rsm.handle_state_changes(
+        [PartitionAndReplica(T0, 1), PartitionAndReplica(TopicPartition("t", 1), 1)], ReplicaState.OFFLINE
+    )
+    batch.clear()
+    assert store.znodes[T0] == LeaderIsrAndControllerEpoch(NO_LEADER, 1, (2,), 1, 3)
+    assert store.znodes[TopicPartition("t", 1)] == LeaderIsrAndControllerEpoch(2, 1, (2,), 1, 3)
+
+
+async def test_offline_replica_keeps_a_one_member_isr() -> None:
+    ctx, store, batch, psm, rsm = machines(assignment={0: [1]})
+    await bring_online(ctx, store, batch, psm, rsm)
+    batch.new_batch()
+    await rsm.handle_state_changes([PartitionAndReplica(T0, 1)], ReplicaState.OFFLINE)
+    assert store.znodes[T0].leader == NO_LEADER and store.znodes[T0].isr == (1,)
+    assert next(iter(batch.stop_replica[1].values())).delete is False
+
+
+async def test_unclean_election_is_counted() -> None:
+    ctx, store, batch, psm, rsm = machines(assignment={0: [1, 2]}, unclean=True)
+    await bring_online(ctx, store, batch, psm, rsm)
+    store.bump(T0, (1,))
+    ctx.partition_states[T0] = store.znodes[T0]
+    del ctx.live_brokers[1]
+    batch.new_batch()
+    await psm.handle_state_changes([T0], PartitionState.OFFLINE)
+    await psm.handle_state_changes([T0], PartitionState.ONLINE, ElectionStrategy.OFFLINE)
+    assert store.znodes[T0].leader == 2 and psm.unclean_elections == 1
+
+
+async def test_deletion_replica_states_send_stop_replica_with_delete_and_shrink_assignment() -> None:
+    ctx, store, batch, psm, rsm = machines(assignment={0: [1, 2]})
+    await bring_online(ctx, store, batch, psm, rsm)
+    replica = PartitionAndReplica(T0, 2)
+    ctx.topics_to_be_deleted.add("t")
+    batch.new_batch()
+    await rsm.handle_state_changes([replica], ReplicaState.OFFLINE)
+    await rsm.handle_state_changes([replica], ReplicaState.DELETION_STARTED)
+    stop = batch.stop_replica[2][T0]
+    assert stop.delete is True and stop.leader_epoch == -2
+    await rsm.handle_state_changes([replica], ReplicaState.DELETION_SUCCESSFUL)
+    await rsm.handle_state_changes([replica], ReplicaState.NON_EXISTENT)
+    assert ctx.replicas(T0) == (1,) and rsm.state(replica) is ReplicaState.NON_EXISTENT
