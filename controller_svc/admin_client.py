@@ -4,6 +4,7 @@ controller, and follows NOT_CONTROLLER answers to the active one."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pathlib
 from collections.abc import Awaitable, Callable
@@ -27,23 +28,37 @@ class AdminError(ControllerError):
         self.code = code
 
 
-async def find_active_controller(zookeeper: str, timeout_s: float = 10.0) -> str:
+async def find_active_controller(zookeeper: str, timeout_s: float = 30.0) -> str:
+    """The active controller's gRPC endpoint, waiting up to `timeout_s` for an election or
+    for a freshly elected controller to publish its endpoint."""
     zk = ZkClient(zookeeper, 10000)
-    await zk.start(timeout_s=timeout_s)
+    await zk.start(timeout_s=min(timeout_s, 10.0))
+    deadline = asyncio.get_running_loop().time() + timeout_s
     try:
-        got = await zk.get_or_none(paths.CONTROLLER)
-        if got is None:
-            raise AdminError("no active controller: /controller does not exist", ErrorCode.NOT_CONTROLLER)
-        try:
-            controller_id = codecs.decode_controller(got[0]).broker_id
-        except CorruptZnodeError as e:
-            raise AdminError(str(e), ErrorCode.NOT_CONTROLLER) from e
-        endpoint = await zk.get_or_none(paths.controller_endpoint_path(controller_id))
-        if endpoint is None:
-            raise AdminError(f"controller {controller_id} has not published its endpoint yet", ErrorCode.NOT_CONTROLLER)
-        return codecs.decode_controller_endpoint(paths.controller_endpoint_path(controller_id), endpoint[0])
+        while True:
+            try:
+                return await _read_active_endpoint(zk)
+            except AdminError:
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise
+                await asyncio.sleep(0.2)
     finally:
         await zk.close()
+
+
+async def _read_active_endpoint(zk: ZkClient) -> str:
+    got = await zk.get_or_none(paths.CONTROLLER)
+    if got is None:
+        raise AdminError("no active controller: /controller does not exist", ErrorCode.NOT_CONTROLLER)
+    try:
+        controller_id = codecs.decode_controller(got[0]).broker_id
+    except CorruptZnodeError as e:
+        raise AdminError(str(e), ErrorCode.NOT_CONTROLLER) from e
+    path = paths.controller_endpoint_path(controller_id)
+    endpoint = await zk.get_or_none(path)
+    if endpoint is None or endpoint[1].ephemeral_owner != got[1].ephemeral_owner:
+        raise AdminError(f"controller {controller_id} has not published its endpoint yet", ErrorCode.NOT_CONTROLLER)
+    return codecs.decode_controller_endpoint(path, endpoint[0])
 
 
 def zookeeper_of_cluster_dir(directory: str) -> str:

@@ -53,6 +53,8 @@ class ControllerContext:
     topics_ineligible_for_deletion: set[str] = field(default_factory=set)
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     topic_ids: dict[str, str] = field(default_factory=dict)
+    # topic -> version of its znode that did not parse (reported once per version)
+    malformed_topics: dict[str, int] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return (
@@ -181,3 +183,4 @@ class ControllerContext:
         self.topics_ineligible_for_deletion.clear()
         self.topic_configs.clear()
         self.topic_ids.clear()
+        self.malformed_topics.clear()

@@ -371,7 +371,7 @@ class Controller:
         )
         self.topic_admin = TopicAdmin(self.id, self.context, self.store, self.partitions, self._on_topic_data)
         self.notifications = NotificationProcessor(self.id, self.context, self.store, self.partitions)
-        self.topic_admin.watch_topics(set(self.context.assignments))
+        self.topic_admin.watch_topics(set(self.context.assignments) | set(self.context.malformed_topics))
         await self.notifications.start_up()
         await self.partitions.start_up()
         self.state_log.record(
@@ -520,6 +520,15 @@ class Controller:
             got = await self.zk.get_or_none(path)
             if got is not None and got[1].ephemeral_owner == self.zk.session_id:
                 return
+            if got is not None and self.is_active:
+                # We hold /controller, so the id is ours: the old entry is from a previous run
+                # of this controller whose session has not expired yet. Replace it.
+                log.info("replacing %s left by session 0x%x", path, got[1].ephemeral_owner)
+                try:
+                    await self.zk.delete(path, version=got[1].version)
+                except ControllerError:
+                    pass
+                continue
             if got is not None:
                 log.warning(
                     "%s is held by another session (a previous run of controller %d?); waiting for it to expire",

@@ -55,22 +55,31 @@ async def load_topic_names(zk: ZkClient, watch: bool) -> list[str]:
     return await zk.get_children_or_empty(paths.BROKER_TOPICS, watch=watch)
 
 
-async def load_topics(zk: ZkClient, topics: Sequence[str], watch: bool) -> dict[str, LoadedTopic]:
+async def load_topics(
+    zk: ZkClient, topics: Sequence[str], watch: bool, known_bad: dict[str, int] | None = None
+) -> dict[str, LoadedTopic]:
     """Topic znodes (versions 1-3). A malformed one (bad JSON, bad partition ids, empty or
-    duplicate replica lists) is logged, counted and left out; the others load."""
+    duplicate replica lists) is logged, counted and left out; the others load. `known_bad`
+    (topic -> znode version) is updated with the malformed ones, so a znode is reported once
+    per version rather than at every TopicChange."""
     reads = await zk.pipelined([functools.partial(zk.get_or_none, paths.topic_path(t), watch=watch) for t in topics])
     result: dict[str, LoadedTopic] = {}
+    bad = known_bad if known_bad is not None else {}
     for topic, got in zip(topics, reads, strict=True):
         if got is None:
+            bad.pop(topic, None)
             continue
         path = paths.topic_path(topic)
         try:
             znode = codecs.decode_topic(path, got[0])
             validate_assignment(znode.partitions)
         except (CorruptZnodeError, ControllerError) as e:
-            metrics.CORRUPT_ZNODES.labels("topic").inc()
-            log.error("ignoring topic %s: %s: %s", topic, path, e)
+            if bad.get(topic) != got[1].version:
+                metrics.CORRUPT_ZNODES.labels("topic").inc()
+                log.error("ignoring topic %s: %s: %s", topic, path, e)
+            bad[topic] = got[1].version
             continue
+        bad.pop(topic, None)
         result[topic] = LoadedTopic(
             topic,
             {
@@ -117,7 +126,7 @@ async def load_topic_configs(zk: ZkClient, topics: Sequence[str]) -> dict[str, d
 async def load_all(zk: ZkClient, ctx: ControllerContext) -> None:
     """Failover: every topic's assignment and config, every partition's leader and ISR."""
     names = await load_topic_names(zk, watch=True)
-    topics = await load_topics(zk, names, watch=True)
+    topics = await load_topics(zk, names, watch=True, known_bad=ctx.malformed_topics)
     for topic in topics.values():
         ctx.assignments[topic.name] = dict(topic.assignments)
         if topic.topic_id:

@@ -108,14 +108,16 @@ class TopicAdmin:
             self.partitions.psm.remove(partitions)
             self.partitions.rsm.remove(self.ctx.all_replicas(partitions))
             self.ctx.remove_topic(topic)
+        for topic in set(self.ctx.malformed_topics) - names:
+            del self.ctx.malformed_topics[topic]
         new = sorted(names - set(self.ctx.assignments))
         if new:
             await self._add_topics(new)
-        self.watch_topics(set(self.ctx.assignments))
+        self.watch_topics(set(self.ctx.assignments) | set(self.ctx.malformed_topics))
         self.partitions.update_metrics()
 
     async def _add_topics(self, topics: Sequence[str]) -> None:
-        loaded = await load_topics(self.zk, topics, watch=True)
+        loaded = await load_topics(self.zk, topics, watch=True, known_bad=self.ctx.malformed_topics)
         configs = await load_topic_configs(self.zk, sorted(loaded))
         new_partitions: list[TopicPartition] = []
         for topic in sorted(loaded):
@@ -135,9 +137,14 @@ class TopicAdmin:
         await self.partitions.on_new_partitions(new_partitions)
 
     async def process_partition_modifications(self, topic: str) -> None:
+        if topic in self.ctx.malformed_topics:
+            # A malformed topic znode was rewritten: try it again as a new topic.
+            await self._add_topics([topic])
+            self.watch_topics(set(self.ctx.assignments) | set(self.ctx.malformed_topics))
+            return
         if topic not in self.ctx.assignments:
             return
-        loaded = await load_topics(self.zk, [topic], watch=True)
+        loaded = await load_topics(self.zk, [topic], watch=True, known_bad=self.ctx.malformed_topics)
         if topic not in loaded:
             return  # deleted (TopicChange follows) or malformed (already logged and counted)
         current = self.ctx.assignments[topic]
@@ -213,7 +220,7 @@ class TopicAdmin:
             if configs:
                 self.ctx.topic_configs[name] = configs
             log.info("controller %d: created topic %s (%d partitions)", self.controller_id, name, len(assignment))
-        self.watch_topics(set(self.ctx.assignments))
+        self.watch_topics(set(self.ctx.assignments) | set(self.ctx.malformed_topics))
         # Arm the data watches of the new topic znodes (a read with watch=True does).
         await self.zk.pipelined(
             [functools.partial(self.zk.exists, paths.topic_path(name), watch=True) for name, *_ in to_create]
