@@ -35,7 +35,7 @@ async def run_broker(config: Config) -> int:
     server = grpc.aio.server(options=grpc_common.SERVER_OPTIONS)
     port = grpc_common.bind(server, config.str("grpc.listen"))
     host, _, _ = _advertised(config.str("grpc.listen"), config.str("grpc.advertised.host"), port).rpartition(":")
-    service = BrokerControlService(state, state_log)
+    service = BrokerControlService(state, state_log, catchup_delay_s=config.int("replica.catchup.delay.ms") / 1000.0)
     broker_pb2_grpc.add_BrokerControlServicer_to_server(service, server)
     health = grpc_common.Health(server, [SERVICE_NAME])
     grpc_common.enable_reflection(server, [SERVICE_NAME])
@@ -94,10 +94,12 @@ async def run_broker(config: Config) -> int:
     await zk.start(timeout_s=config.int("zookeeper.connection.timeout.ms") / 1000.0)
     await registration.ensure_top_level_paths()
     registration_task = spawn(register(), "broker-registration")
+    isr_task = spawn(service.run_isr_maintenance(), "broker-isr-maintenance")
     stop_wait = asyncio.ensure_future(stop.wait())
     await asyncio.wait([registration_task, stop_wait], return_when=asyncio.FIRST_COMPLETED)
     if registration_task.done() and registration_task.exception() is not None:
         log.error("broker %d: registration failed: %s", broker_id, registration_task.exception())
+        await cancel_and_wait(isr_task)
         await zk.close()
         await server.stop(grace=0)
         return 1
@@ -105,7 +107,7 @@ async def run_broker(config: Config) -> int:
 
     log.info("broker %d shutting down", broker_id)
     await health.set_serving(False)
-    await cancel_and_wait(registration_task, reregister_task)
+    await cancel_and_wait(registration_task, reregister_task, isr_task)
     try:
         await asyncio.wait_for(registration.deregister(), 5)
     except (ControllerError, TimeoutError) as e:

@@ -5,9 +5,10 @@ maybeShrinkIsr / maybeExpandIsr and ReplicaManager.propagateIsrChanges)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from broker_stub.state import BrokerState, PartitionRole
 from controller_svc.errors import CorruptZnodeError, ErrorCode, ZkBadVersionError, ZkNoNodeError
@@ -39,6 +40,7 @@ def proposed_isr(role: PartitionRole, broker_id: int, replica: int, lagging: boo
 async def change_isr(
     zk: ZkClient, state: BrokerState, tp: TopicPartition, replica: int, lagging: bool
 ) -> IsrChangeResult:
+    """The debug RPC: mark `replica` lagging (shrink) or caught up (expand)."""
     role = state.roles.get(tp)
     if role is None:
         return IsrChangeResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"broker {state.broker_id} has no replica of {tp}")
@@ -53,39 +55,95 @@ async def change_isr(
     new_isr = proposed_isr(role, state.broker_id, replica, lagging)
     if new_isr == role.isr:
         return IsrChangeResult(ErrorCode.NONE, "ISR unchanged", role.isr, role.zk_version)
-    path = paths.partition_state_path(tp.topic, tp.partition)
-    got = await zk.get_or_none(path)
-    if got is None:
-        return IsrChangeResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{path} does not exist")
-    try:
-        current = codecs.decode_partition_state(path, got[0], got[1].version)
-    except CorruptZnodeError as e:
-        return IsrChangeResult(ErrorCode.UNKNOWN_SERVER_ERROR, str(e))
-    if current.leader != state.broker_id or current.leader_epoch != role.leader_epoch:
-        # The controller moved leadership; a LeaderAndIsr is on its way (FENCED_LEADER_EPOCH).
-        return IsrChangeResult(
-            ErrorCode.FENCED_LEADER_EPOCH,
-            f"{tp} is now led by {current.leader} epoch {current.leader_epoch}; we have epoch {role.leader_epoch}",
+    return (await update_isrs(zk, state, {tp: new_isr}))[tp]
+
+
+async def update_isrs(
+    zk: ZkClient, state: BrokerState, changes: dict[TopicPartition, tuple[int, ...]]
+) -> dict[TopicPartition, IsrChangeResult]:
+    """Write new ISRs of partitions this broker leads (pipelined conditional writes), then one
+    ISR change notification naming the partitions that changed."""
+    partitions = sorted(changes)
+    state_paths = [paths.partition_state_path(tp.topic, tp.partition) for tp in partitions]
+    reads = await zk.get_many(state_paths)
+    results: dict[TopicPartition, IsrChangeResult] = {}
+    writes: list[tuple[TopicPartition, str, LeaderIsrAndControllerEpoch]] = []
+    for tp, path, got in zip(partitions, state_paths, reads, strict=True):
+        role = state.roles.get(tp)
+        if got is None or role is None:
+            results[tp] = IsrChangeResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{path} does not exist")
+            continue
+        try:
+            current = codecs.decode_partition_state(path, got[0], got[1].version)
+        except CorruptZnodeError as e:
+            results[tp] = IsrChangeResult(ErrorCode.UNKNOWN_SERVER_ERROR, str(e))
+            continue
+        if current.leader != state.broker_id or current.leader_epoch != role.leader_epoch:
+            # The controller moved leadership; a LeaderAndIsr is on its way.
+            results[tp] = IsrChangeResult(
+                ErrorCode.FENCED_LEADER_EPOCH,
+                f"{tp} is now led by {current.leader} epoch {current.leader_epoch}; we have epoch {role.leader_epoch}",
+            )
+            continue
+        updated = LeaderIsrAndControllerEpoch(
+            current.leader, current.leader_epoch, changes[tp], current.zk_version, current.controller_epoch
         )
-    updated = LeaderIsrAndControllerEpoch(
-        current.leader, current.leader_epoch, new_isr, current.zk_version, current.controller_epoch
-    )
-    try:
-        stat = await zk.set_data(path, codecs.encode_partition_state(updated), version=current.zk_version)
-    except (ZkBadVersionError, ZkNoNodeError) as e:
-        return IsrChangeResult(ErrorCode.INVALID_UPDATE_VERSION, f"{tp} changed while we updated its ISR: {e}")
-    state.roles[tp] = PartitionRole(
-        role.role, role.leader, role.leader_epoch, new_isr, role.replicas, role.controller_epoch, stat.version
-    )
-    notification = json.dumps(
-        {"version": 1, "partitions": [{"topic": tp.topic, "partition": tp.partition}]}, separators=(",", ":")
-    ).encode()
-    try:
-        await zk.create(f"{paths.ISR_CHANGE_NOTIFICATION}/isr_change_", notification, sequential=True)
-    except MultiOpError as e:
-        log.error("ISR of %s changed but the notification could not be written: %s", tp, e)
-    log.info("broker %d: ISR of %s %s -> %s", state.broker_id, tp, list(role.isr), list(new_isr))
-    return IsrChangeResult(ErrorCode.NONE, "", new_isr, stat.version)
+        writes.append((tp, path, updated))
+
+    async def write(tp: TopicPartition, path: str, updated: LeaderIsrAndControllerEpoch) -> None:
+        role = state.roles[tp]
+        try:
+            stat = await zk.set_data(path, codecs.encode_partition_state(updated), version=updated.zk_version)
+        except (ZkBadVersionError, ZkNoNodeError) as e:
+            results[tp] = IsrChangeResult(ErrorCode.INVALID_UPDATE_VERSION, f"{tp} changed under us: {e}")
+            return
+        if state.roles.get(tp) is role:
+            state.roles[tp] = replace(role, isr=updated.isr, zk_version=stat.version)
+        results[tp] = IsrChangeResult(ErrorCode.NONE, "", updated.isr, stat.version)
+        log.info("broker %d: ISR of %s %s -> %s", state.broker_id, tp, list(role.isr), list(updated.isr))
+
+    await zk.pipelined([functools.partial(write, tp, path, updated) for tp, path, updated in writes])
+    changed = [tp for tp in partitions if results[tp].error == ErrorCode.NONE]
+    if changed:
+        notification = json.dumps(
+            {"version": 1, "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in changed]},
+            separators=(",", ":"),
+        ).encode()
+        try:
+            await zk.create(f"{paths.ISR_CHANGE_NOTIFICATION}/isr_change_", notification, sequential=True)
+        except MultiOpError as e:
+            log.error("ISRs of %d partitions changed but the notification could not be written: %s", len(changed), e)
+    return results
+
+
+def caught_up_followers(
+    state: BrokerState, first_seen: dict[tuple[TopicPartition, int], float], now: float, delay_s: float
+) -> dict[TopicPartition, tuple[int, ...]]:
+    """Pure: ISR expansions due now. A follower out of the ISR counts as caught up once it has
+    been live (in our metadata cache) and not marked lagging for `delay_s`; `first_seen`
+    remembers since when."""
+    due: dict[TopicPartition, tuple[int, ...]] = {}
+    still_waiting: set[tuple[TopicPartition, int]] = set()
+    for tp, role in state.roles.items():
+        if role.role != "leader" or state.is_on_offline_dir(tp):
+            continue
+        joining = []
+        for replica in role.replicas:
+            key = (tp, replica)
+            if replica in role.isr or replica == state.broker_id or key in state.lagging:
+                continue
+            if replica not in state.live_brokers:
+                continue
+            still_waiting.add(key)
+            since = first_seen.setdefault(key, now)
+            if now - since >= delay_s:
+                joining.append(replica)
+        if joining:
+            due[tp] = tuple(r for r in role.replicas if r in role.isr or r in joining)
+    for key in list(first_seen):
+        if key not in still_waiting:
+            del first_seen[key]
+    return due
 
 
 async def write_log_dir_event(zk: ZkClient, broker_id: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import replace
 
 import grpc
@@ -24,10 +25,14 @@ SERVICE_NAME = broker_pb2.DESCRIPTOR.services_by_name["BrokerControl"].full_name
 
 
 class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
-    def __init__(self, state: BrokerState, state_log: StateChangeLog, zk: ZkClient | None = None) -> None:
+    def __init__(
+        self, state: BrokerState, state_log: StateChangeLog, zk: ZkClient | None = None, catchup_delay_s: float = 1.0
+    ) -> None:
         self.state = state
         self.state_log = state_log
         self.zk = zk
+        self.catchup_delay_s = catchup_delay_s
+        self._first_seen: dict[tuple[TopicPartition, int], float] = {}
         # Control requests are applied one at a time, in arrival order (Kafka's
         # replicaStateChangeLock); the fencing check and the update are one step.
         self._lock = asyncio.Lock()
@@ -133,6 +138,38 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
             log_dirs=list(state.log_dirs),
             offline_log_dirs=sorted(state.offline_log_dirs),
         )
+
+    async def expand_caught_up_followers(self) -> int:
+        """One round of the leader's ISR maintenance: followers that have been live for the
+        catch-up delay rejoin the ISR (what Kafka's leader does once a follower's fetch
+        offset reaches the high watermark)."""
+        if self.zk is None or not self.state.registered:
+            return 0
+        async with self._lock:
+            due = isr.caught_up_followers(self.state, self._first_seen, time.monotonic(), self.catchup_delay_s)
+            if not due:
+                return 0
+            results = await isr.update_isrs(self.zk, self.state, due)
+            for tp, result in results.items():
+                if result.error == ErrorCode.NONE:
+                    self.state_log.record(
+                        "partition.isr_changed",
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        isr=list(result.isr),
+                        zk_version=result.zk_version,
+                        reason="caught_up",
+                        controller_epoch=self.state.controller_epoch,
+                    )
+            return sum(1 for r in results.values() if r.error == ErrorCode.NONE)
+
+    async def run_isr_maintenance(self, interval_s: float = 0.2) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.expand_caught_up_followers()
+            except ControllerError as e:
+                log.warning("ISR maintenance failed this round: %s", e)
 
     async def SetReplicaLagging(
         self, request: broker_pb2.SetReplicaLaggingRequest, context: grpc.aio.ServicerContext

@@ -114,6 +114,13 @@ BROKER_KEYS: tuple[Key, ...] = (
     Key("broker.id", int, 1, "Id of this broker (/brokers/ids/<id>)", _non_negative),
     Key("broker.rack", str, "", "Rack of this broker (empty: none)"),
     Key(
+        "replica.catchup.delay.ms",
+        int,
+        1000,
+        "How long a live follower takes to catch up and rejoin the ISR of a partition this broker leads",
+        _non_negative,
+    ),
+    Key(
         "log.dirs",
         str,
         "data-0,data-1",

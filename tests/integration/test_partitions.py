@@ -152,6 +152,16 @@ async def test_kill9_of_a_leading_broker_moves_leadership_within_the_isr(cluster
     elections = [r for r in cluster.records() if r["kind"] == "partition.leader_elected" and r["strategy"] == "offline"]
     assert {(r["topic"], r["partition"]) for r in elections} == led_by_2
     assert not any(r["unclean"] for r in elections)
+
+    # Broker 2 returns, follows, catches up and rejoins every ISR (the leaders expand them).
+    cluster.start_node(cluster.broker(2))
+
+    async def rejoined() -> bool:
+        current = await partitions(cluster, "t")
+        return all(2 in p.isr for p in current.values())
+
+    await eventually(rejoined, 30, what="broker 2 to rejoin the ISRs")
+    await eventually(lambda: brokers_agree_with_controller(cluster, "t", [1, 2, 3]), 30, what="agreement")
     leader_epochs_never_regress(cluster.records())
 
 
