@@ -116,16 +116,30 @@ async def update_isrs(
     return results
 
 
+def under_replicated_led(state: BrokerState) -> set[TopicPartition]:
+    """Partitions this broker leads whose ISR lacks some replica (a full scan)."""
+    return {
+        tp
+        for tp, role in state.roles.items()
+        if role.role == "leader" and len(role.isr) < len(role.replicas) and not state.is_on_offline_dir(tp)
+    }
+
+
 def caught_up_followers(
-    state: BrokerState, first_seen: dict[tuple[TopicPartition, int], float], now: float, delay_s: float
+    state: BrokerState,
+    first_seen: dict[tuple[TopicPartition, int], float],
+    now: float,
+    delay_s: float,
+    candidates: set[TopicPartition] | None = None,
 ) -> dict[TopicPartition, tuple[int, ...]]:
     """Pure: ISR expansions due now. A follower out of the ISR counts as caught up once it has
     been live (in our metadata cache) and not marked lagging for `delay_s`; `first_seen`
-    remembers since when."""
+    remembers since when. `candidates` limits the look to under-replicated partitions."""
     due: dict[TopicPartition, tuple[int, ...]] = {}
     still_waiting: set[tuple[TopicPartition, int]] = set()
-    for tp, role in state.roles.items():
-        if role.role != "leader" or state.is_on_offline_dir(tp):
+    for tp in candidates if candidates is not None else under_replicated_led(state):
+        role = state.roles.get(tp)
+        if role is None or role.role != "leader" or state.is_on_offline_dir(tp):
             continue
         joining = []
         for replica in role.replicas:

@@ -48,6 +48,7 @@ def apply_update_metadata(state: BrokerState, request: broker_pb2.UpdateMetadata
         else:
             state.metadata[tp] = partition
     state.update_metadata_count += 1
+    state.generation += 1
     return ApplyResult()
 
 
@@ -78,6 +79,7 @@ def apply_leader_and_isr(state: BrokerState, request: broker_pb2.LeaderAndIsrReq
         )
         state.roles[tp] = role
         result.role_changes[tp] = role
+    state.generation += 1
     return result
 
 

@@ -33,6 +33,8 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
         self.zk = zk
         self.catchup_delay_s = catchup_delay_s
         self._first_seen: dict[tuple[TopicPartition, int], float] = {}
+        self._candidates: set[TopicPartition] = set()
+        self._scanned_generation = -1
         # Control requests are applied one at a time, in arrival order (Kafka's
         # replicaStateChangeLock); the fencing check and the update are one step.
         self._lock = asyncio.Lock()
@@ -146,10 +148,18 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
         if self.zk is None or not self.state.registered:
             return 0
         async with self._lock:
-            due = isr.caught_up_followers(self.state, self._first_seen, time.monotonic(), self.catchup_delay_s)
+            if self.state.generation != self._scanned_generation:
+                self._candidates = isr.under_replicated_led(self.state)
+                self._scanned_generation = self.state.generation
+            if not self._candidates:
+                return 0
+            due = isr.caught_up_followers(
+                self.state, self._first_seen, time.monotonic(), self.catchup_delay_s, self._candidates
+            )
             if not due:
                 return 0
             results = await isr.update_isrs(self.zk, self.state, due)
+            self._candidates.difference_update(tp for tp, r in results.items() if r.error == ErrorCode.NONE)
             for tp, result in results.items():
                 if result.error == ErrorCode.NONE:
                     self.state_log.record(
@@ -183,6 +193,7 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
             except ControllerError as e:
                 log.warning("ISR change of %s failed: %s", tp, e)
                 return broker_pb2.SetReplicaLaggingResponse(error_code=int(e.code), error_message=str(e))
+            self.state.generation += 1
             if result.error == ErrorCode.NONE and result.zk_version >= 0:
                 self.state_log.record(
                     "partition.isr_changed",
@@ -214,6 +225,7 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
             if request.log_dir in state.offline_log_dirs:
                 return broker_pb2.FailLogDirResponse(error_message="already offline")
             state.offline_log_dirs.add(request.log_dir)
+            state.generation += 1
             offline = sorted(tp for tp in state.roles if state.log_dir_of(tp) == request.log_dir)
             for tp in offline:
                 role = state.roles[tp]

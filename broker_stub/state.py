@@ -38,6 +38,9 @@ class BrokerState:
     offline_log_dirs: set[str] = field(default_factory=set)
     # (partition, follower) pairs the leader treats as lagging (debug RPC)
     lagging: set[tuple[TopicPartition, int]] = field(default_factory=set)
+    # Bumped on every change that can make a follower eligible to rejoin an ISR, so the
+    # leader's ISR maintenance rescans only when something changed.
+    generation: int = 0
 
     def __repr__(self) -> str:
         return (

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from controller_svc import grpc_common
 from controller_svc.errors import ControllerError, CorruptZnodeError, ErrorCode
 from controller_svc.zk import codecs, paths
 from controller_svc.zk.client import ZkClient
@@ -89,7 +90,7 @@ class AdminClient:
     ) -> T:
         address = await self._address()
         for _ in range(MAX_REDIRECTS + 1):
-            async with grpc.aio.insecure_channel(address) as channel:
+            async with grpc.aio.insecure_channel(address, options=grpc_common.CLIENT_OPTIONS) as channel:
                 try:
                     response = await method(controller_pb2_grpc.ControllerStub(channel))(
                         request, timeout=self.timeout_s

@@ -42,6 +42,13 @@ def bind(server: grpc.aio.Server, listen: str) -> int:
     return port
 
 
+# Clients of our own services (CLI, launcher, admin client, tests): metadata of 100k+
+# partitions is far above gRPC's default 4 MB message limit.
+CLIENT_OPTIONS = [
+    ("grpc.max_send_message_length", 256 * 1024 * 1024),
+    ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+]
+
 SERVER_OPTIONS = [
     ("grpc.max_send_message_length", 256 * 1024 * 1024),
     ("grpc.max_receive_message_length", 256 * 1024 * 1024),

@@ -6,6 +6,7 @@ machines). Every operation runs inside one request batch, sent when it ends.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -61,6 +62,10 @@ class PartitionManager:
             raise
         self.batch.send(self.sink)
         self.update_metrics()
+        # The senders share this event loop: let them put the requests on the wire before
+        # the next (possibly long, CPU-bound) step of the operation.
+        for _ in range(3):
+            await asyncio.sleep(0)
 
     def update_metrics(self) -> None:
         metrics.OFFLINE_PARTITIONS.set(self.psm.offline_partition_count())

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from controller_svc.errors import CorruptZnodeError
 from controller_svc.model import BrokerInfo, EndPoint, LeaderIsrAndControllerEpoch
 
@@ -26,8 +28,9 @@ def _loads_object(path: str, data: bytes | None) -> dict[str, Any]:
     if not data:
         raise CorruptZnodeError(path, "empty data")
     try:
-        obj = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        # orjson: the failover load decodes one document per partition.
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
         raise CorruptZnodeError(path, f"not JSON ({e})") from e
     if not isinstance(obj, dict):
         raise CorruptZnodeError(path, f"expected a JSON object, got {type(obj).__name__}")
@@ -43,7 +46,7 @@ def _int_field(path: str, obj: dict[str, Any], key: str) -> int:
 
 
 def _int_list(path: str, value: Any, what: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+    if type(value) is not list or not all(type(v) is int for v in value):
         raise CorruptZnodeError(path, f"{what} must be a list of integers, got {value!r}")
     return tuple(value)
 
@@ -154,11 +157,24 @@ def encode_partition_state(state: LeaderIsrAndControllerEpoch) -> bytes:
 
 
 def decode_partition_state(path: str, data: bytes | None, zk_version: int) -> LeaderIsrAndControllerEpoch:
+    # Hot path at failover (one call per partition): plain type checks, no generators.
     obj = _loads_object(path, data)
+    leader = obj.get("leader")
+    leader_epoch = obj.get("leader_epoch")
+    controller_epoch = obj.get("controller_epoch")
+    isr = obj.get("isr")
+    if (
+        type(leader) is int
+        and type(leader_epoch) is int
+        and type(controller_epoch) is int
+        and type(isr) is list
+        and all(type(r) is int for r in isr)
+    ):
+        return LeaderIsrAndControllerEpoch(leader, leader_epoch, tuple(isr), zk_version, controller_epoch)
     return LeaderIsrAndControllerEpoch(
         leader=_int_field(path, obj, "leader"),
         leader_epoch=_int_field(path, obj, "leader_epoch"),
-        isr=_int_list(path, obj.get("isr"), "isr"),
+        isr=_int_list(path, isr, "isr"),
         zk_version=zk_version,
         controller_epoch=_int_field(path, obj, "controller_epoch"),
     )

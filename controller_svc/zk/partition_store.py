@@ -110,8 +110,8 @@ class ZkPartitionStateStore:
         parents = [paths.partitions_path(t) for t in topics] + [
             paths.partition_path(tp.topic, tp.partition) for tp in partitions
         ]
-        existing = await self.store.zk.pipelined([lambda p=p: self.store.zk.exists(p) for p in parents])  # type: ignore[misc]
-        missing = [p for p, stat in zip(parents, existing, strict=True) if stat is None]
+        existing = await self.store.zk.get_many(parents)
+        missing = [p for p, got in zip(parents, existing, strict=True) if got is None]
         ops: list[tuple[TopicPartition, ZkOp]] = [(TopicPartition(p, 0), CreateOp(p)) for p in missing]
         scratch = WriteResult()
         await self._run(ops, scratch, created=True)  # NodeExists here just means someone created it first

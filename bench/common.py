@@ -1,0 +1,102 @@
+"""Shared benchmark plumbing: a real local cluster, bulk topic creation, log parsing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import tempfile
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from controller_svc import devcluster
+from controller_svc.admin_client import AdminClient
+from kcontroller.v1 import controller_pb2
+
+
+def start_cluster(
+    controllers: int, brokers: int, session_timeout_ms: int = 10000, **overrides: str
+) -> tuple[str, dict[str, Any]]:
+    directory = tempfile.mkdtemp(prefix="kc-bench-")
+    spec = devcluster.up(
+        directory,
+        controllers,
+        brokers,
+        session_timeout_ms=session_timeout_ms,
+        controller_overrides={"controller.socket.timeout.ms": "120000", **overrides},
+        broker_overrides={"replica.catchup.delay.ms": "1000"},
+        wait_s=180,
+    )
+    return directory, spec
+
+
+def stop_cluster(directory: str) -> None:
+    devcluster.down(directory, grace_s=10)
+
+
+async def create_partitions(
+    spec: dict[str, Any], partitions: int, replication_factor: int, per_topic: int = 1000
+) -> list[str]:
+    client = AdminClient(zookeeper=spec["zookeeper"], timeout_s=600)
+    topics = []
+    remaining = partitions
+    index = 0
+    while remaining > 0:
+        count = min(per_topic, remaining)
+        name = f"bench-{index:04d}"
+        topics.append(name)
+        request = controller_pb2.CreateTopicsRequest(
+            topics=[
+                controller_pb2.CreatableTopic(name=name, num_partitions=count, replication_factor=replication_factor)
+            ]
+        )
+        response = await client.create_topics(request)
+        if response.error_code or response.topics[0].error_code:
+            raise RuntimeError(f"creating {name} failed: {response}")
+        remaining -= count
+        index += 1
+    return topics
+
+
+async def wait_all_led(spec: dict[str, Any], partitions: int, timeout_s: float = 900) -> None:
+    """Until the controller sees every partition with a leader and every broker has applied
+    its roles."""
+    client = AdminClient(zookeeper=spec["zookeeper"], timeout_s=600)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        description = await client.describe_cluster(include_partitions=True)
+        led = sum(1 for p in description.partitions if p.leader >= 0)
+        expected_roles: dict[int, int] = {}
+        for p in description.partitions:
+            for r in p.replicas:
+                expected_roles[r] = expected_roles.get(r, 0) + 1
+        if led == partitions:
+            counts = await asyncio.gather(*(devcluster.describe_broker(b["grpc"], 60) for b in spec["brokers"]))
+            if all(
+                c is not None and len(c.roles) == expected_roles.get(b["id"], 0)
+                for b, c in zip(spec["brokers"], counts, strict=True)
+            ):
+                return
+        await asyncio.sleep(1.0)
+    raise TimeoutError("the cluster did not bring every partition online")
+
+
+def records(logs: str, kinds: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    wanted = set(kinds) if kinds else None
+    result = []
+    for path in sorted(pathlib.Path(logs).glob("*.state-change.jsonl")):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if wanted is not None and not any(f'"kind":"{k}"' in line for k in wanted):
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                result.append(record)
+    return sorted(result, key=lambda r: r["ts"])
+
+
+def emit(result: dict[str, Any]) -> None:
+    print(json.dumps(result, indent=2, sort_keys=True), flush=True)

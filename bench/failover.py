@@ -1,0 +1,156 @@
+"""Controller failover benchmark (issue 3).
+
+N partitions (5 brokers, RF 3). The active controller is stopped (SIGTERM: its session closes
+and /controller disappears at once, so the session timeout is not measured). Measured: from
+/controller's deletion to every broker having applied the new epoch's UpdateMetadata, split into
+election, ZooKeeper load and propagation. Floor, in the same run: a pipelined read of the same
+znodes (broker registrations, topics, partition states) with the same client.
+
+    python -m bench.failover --partitions 10000 [--partitions 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import os
+import signal
+import time
+from typing import Any
+
+import uvloop
+
+from bench.common import create_partitions, emit, records, start_cluster, stop_cluster, wait_all_led
+from controller_svc.devcluster import read_controller, wait_converged
+from controller_svc.zk import paths
+from controller_svc.zk.client import WatchKind, ZkClient
+
+
+async def floor_read_ms(zookeeper: str, repeats: int = 3) -> float:
+    """Best of `repeats` pipelined reads of everything a failover loads."""
+    zk = ZkClient(zookeeper, 30000, max_in_flight=100)
+    await zk.start(timeout_s=30)
+    try:
+        best = float("inf")
+        for _ in range(repeats):
+            started = time.monotonic()
+            brokers = await zk.get_children(paths.BROKER_IDS)
+            await zk.get_many([paths.broker_path(int(b)) for b in brokers])
+            topics = await zk.get_children(paths.BROKER_TOPICS)
+            topic_reads = await zk.get_many([paths.topic_path(t) for t in topics])
+            import json
+
+            state_paths = [
+                paths.partition_state_path(t, int(p))
+                for t, got in zip(topics, topic_reads, strict=True)
+                if got is not None
+                for p in json.loads(got[0])["partitions"]
+            ]
+            await zk.get_many(state_paths)
+            await zk.get_many([f"{paths.CONFIG_TOPICS}/{t}" for t in topics])
+            best = min(best, (time.monotonic() - started) * 1000)
+        return best
+    finally:
+        await zk.close()
+
+
+async def measure(spec: dict[str, Any]) -> dict[str, Any]:
+    controller_id, epoch = await read_controller(spec["zookeeper"])
+    victim = next(c for c in spec["controllers"] if c["id"] == controller_id)
+    watcher = ZkClient(spec["zookeeper"], 30000)
+    await watcher.start(timeout_s=30)
+    deleted = asyncio.get_running_loop().create_future()
+
+    def on_controller(kind: WatchKind, _path: str) -> None:
+        if kind == WatchKind.DELETED and not deleted.done():
+            deleted.set_result(time.time())
+
+    watcher.watch_data(paths.CONTROLLER, on_controller)
+    await watcher.exists(paths.CONTROLLER, watch=True)
+    os.kill(victim["pid"], signal.SIGTERM)
+    t0 = await deleted
+    await watcher.close()
+    snap = await wait_converged(spec, 600, min_epoch=epoch + 1)
+    new_epoch = snap.controller_epoch
+    deadline = time.monotonic() + 600
+    while True:  # brokers can be up to date before the controller has finished its start-up
+        logs = records(spec["logs"], ["controller.elected", "controller.failover_completed", "request.received"])
+        if any(r["kind"] == "controller.failover_completed" and r["controller_epoch"] == new_epoch for r in logs):
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError("no controller.failover_completed record")
+        await asyncio.sleep(0.2)
+    elected = next(r for r in logs if r["kind"] == "controller.elected" and r["controller_epoch"] == new_epoch)
+    completed = next(
+        r for r in logs if r["kind"] == "controller.failover_completed" and r["controller_epoch"] == new_epoch
+    )
+    applied = [
+        r["ts"]
+        for r in logs
+        if r["kind"] == "request.received"
+        and r["api"] == "UpdateMetadata"
+        and r["controller_epoch"] == new_epoch
+        and r["result"] == "applied"
+    ]
+    first_per_broker: dict[str, int] = {}
+    for r in logs:
+        if (
+            r["kind"] == "request.received"
+            and r["api"] == "UpdateMetadata"
+            and r["controller_epoch"] == new_epoch
+            and r["result"] == "applied"
+        ):
+            first_per_broker.setdefault(r["node"], r["ts"])
+    done = max(first_per_broker.values()) if first_per_broker else max(applied)
+    t0_ms = t0 * 1000
+    election_ms = elected["ts"] - t0_ms
+    load_ms = completed["load_ms"]
+    total_ms = done - t0_ms
+    return {
+        "controller_epoch": new_epoch,
+        "election_ms": round(election_ms, 1),
+        "zk_load_ms": round(load_ms, 1),
+        "propagation_ms": round(total_ms - election_ms - load_ms, 1),
+        "total_ms": round(total_ms, 1),
+        "failover_completed_ms": completed["total_ms"],
+    }
+
+
+async def run(partitions: int, brokers: int, rf: int) -> dict[str, Any]:
+    directory, spec = await asyncio.to_thread(start_cluster, 2, brokers)
+    try:
+        created = time.monotonic()
+        await create_partitions(spec, partitions, rf)
+        await wait_all_led(spec, partitions)
+        setup_s = time.monotonic() - created
+        floor_ms = await floor_read_ms(spec["zookeeper"])
+        result = await measure(spec)
+        result.update(
+            benchmark="controller_failover",
+            partitions=partitions,
+            brokers=brokers,
+            replication_factor=rf,
+            setup_s=round(setup_s, 1),
+            floor_pipelined_read_ms=round(floor_ms, 1),
+            zk_load_vs_floor=round(result["zk_load_ms"] / floor_ms, 2) if floor_ms else None,
+            target={"total_ms": 7000 if partitions >= 100000 else None, "zk_load_vs_floor": 1.3},
+            reference="Kafka 1.1 needed 14 s to load 100k partitions",
+        )
+        return result
+    finally:
+        await asyncio.to_thread(functools.partial(stop_cluster, directory))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--partitions", type=int, action="append", help="repeatable; default 10000")
+    parser.add_argument("--brokers", type=int, default=5)
+    parser.add_argument("--replication-factor", type=int, default=3)
+    args = parser.parse_args()
+    for count in args.partitions or [10000]:
+        emit(uvloop.run(run(count, args.brokers, args.replication_factor)))
+
+
+if __name__ == "__main__":
+    main()
