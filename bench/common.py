@@ -100,3 +100,33 @@ def records(logs: str, kinds: Iterable[str] | None = None) -> list[dict[str, Any
 
 def emit(result: dict[str, Any]) -> None:
     print(json.dumps(result, indent=2, sort_keys=True), flush=True)
+
+
+class LogTail:
+    """Reads new state-change records as they are appended (cheap polling, no RPC load on the
+    processes being measured)."""
+
+    def __init__(self, logs: str) -> None:
+        self.logs = pathlib.Path(logs)
+        self.offsets: dict[pathlib.Path, int] = {}
+
+    def skip_existing(self) -> None:
+        for path in self.logs.glob("*.state-change.jsonl"):
+            self.offsets[path] = path.stat().st_size
+
+    def new_records(self, kinds: Iterable[str]) -> list[dict[str, Any]]:
+        wanted = [f'"kind":"{k}"' for k in kinds]
+        result = []
+        for path in sorted(self.logs.glob("*.state-change.jsonl")):
+            with open(path, "rb") as f:
+                f.seek(self.offsets.get(path, 0))
+                chunk = f.read()
+            end = chunk.rfind(b"\n") + 1  # only whole lines
+            self.offsets[path] = self.offsets.get(path, 0) + end
+            for line in chunk[:end].decode("utf-8", errors="replace").splitlines():
+                if any(w in line for w in wanted):
+                    try:
+                        result.append(json.loads(line))
+                    except ValueError:
+                        continue
+        return result

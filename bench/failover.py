@@ -21,8 +21,8 @@ from typing import Any
 
 import uvloop
 
-from bench.common import create_partitions, emit, records, start_cluster, stop_cluster, wait_all_led
-from controller_svc.devcluster import read_controller, wait_converged
+from bench.common import LogTail, create_partitions, emit, start_cluster, stop_cluster, wait_all_led
+from controller_svc.devcluster import read_controller
 from controller_svc.zk import paths
 from controller_svc.zk.client import WatchKind, ZkClient
 
@@ -68,31 +68,41 @@ async def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
     watcher.watch_data(paths.CONTROLLER, on_controller)
     await watcher.exists(paths.CONTROLLER, watch=True)
+    tail = LogTail(spec["logs"])
+    tail.skip_existing()
     os.kill(victim["pid"], signal.SIGTERM)
     t0 = await deleted
     await watcher.close()
-    snap = await wait_converged(spec, 600, min_epoch=epoch + 1)
-    new_epoch = snap.controller_epoch
+    # Follow the logs, not the brokers: polling DescribeBroker at this size would load the
+    # very processes being measured.
+    brokers = {f"broker-{b['id']}" for b in spec["brokers"]}
+    seen: list[dict[str, Any]] = []
+    new_epoch = epoch + 1
     deadline = time.monotonic() + 600
-    while True:  # brokers can be up to date before the controller has finished its start-up
-        logs = records(spec["logs"], ["controller.elected", "controller.failover_completed", "request.received"])
-        if any(r["kind"] == "controller.failover_completed" and r["controller_epoch"] == new_epoch for r in logs):
+    while True:
+        seen.extend(tail.new_records(["controller.elected", "controller.failover_completed", "request.received"]))
+        elected_records = [r for r in seen if r["kind"] == "controller.elected" and r["controller_epoch"] > epoch]
+        if elected_records:
+            new_epoch = elected_records[0]["controller_epoch"]
+        updated = {
+            r["node"]
+            for r in seen
+            if r["kind"] == "request.received"
+            and r["api"] == "UpdateMetadata"
+            and r["controller_epoch"] == new_epoch
+            and r["result"] == "applied"
+        }
+        completed = [
+            r for r in seen if r["kind"] == "controller.failover_completed" and r["controller_epoch"] == new_epoch
+        ]
+        if elected_records and completed and updated >= brokers:
             break
         if time.monotonic() > deadline:
-            raise TimeoutError("no controller.failover_completed record")
+            raise TimeoutError("the failover did not complete")
         await asyncio.sleep(0.2)
-    elected = next(r for r in logs if r["kind"] == "controller.elected" and r["controller_epoch"] == new_epoch)
-    completed = next(
-        r for r in logs if r["kind"] == "controller.failover_completed" and r["controller_epoch"] == new_epoch
-    )
-    applied = [
-        r["ts"]
-        for r in logs
-        if r["kind"] == "request.received"
-        and r["api"] == "UpdateMetadata"
-        and r["controller_epoch"] == new_epoch
-        and r["result"] == "applied"
-    ]
+    logs = seen
+    elected = elected_records[0]
+    completed_record = completed[0]
     first_per_broker: dict[str, int] = {}
     for r in logs:
         if (
@@ -102,10 +112,10 @@ async def measure(spec: dict[str, Any]) -> dict[str, Any]:
             and r["result"] == "applied"
         ):
             first_per_broker.setdefault(r["node"], r["ts"])
-    done = max(first_per_broker.values()) if first_per_broker else max(applied)
+    done = max(first_per_broker.values())
     t0_ms = t0 * 1000
     election_ms = elected["ts"] - t0_ms
-    load_ms = completed["load_ms"]
+    load_ms = completed_record["load_ms"]
     total_ms = done - t0_ms
     return {
         "controller_epoch": new_epoch,
@@ -113,7 +123,7 @@ async def measure(spec: dict[str, Any]) -> dict[str, Any]:
         "zk_load_ms": round(load_ms, 1),
         "propagation_ms": round(total_ms - election_ms - load_ms, 1),
         "total_ms": round(total_ms, 1),
-        "failover_completed_ms": completed["total_ms"],
+        "failover_completed_ms": completed_record["total_ms"],
     }
 
 

@@ -20,9 +20,10 @@ import grpc
 
 from controller_svc import metrics
 from controller_svc.model import BrokerInfo
+from controller_svc.request_batch import PreSerialized
 from controller_svc.state_change_log import StateChangeLog
 from controller_svc.tasks import cancel_and_wait, spawn
-from kcontroller.v1 import broker_pb2_grpc
+from kcontroller.v1 import broker_pb2, broker_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +59,26 @@ class GrpcBrokerClient:
             ],
         )
         self._stub = broker_pb2_grpc.BrokerControlStub(self._channel)
+        # For pre-serialized requests (bytes in, the usual response out).
+        self._raw = {
+            api: self._channel.unary_unary(
+                f"/kcontroller.v1.BrokerControl/{api.value}",
+                request_serializer=None,
+                response_deserializer=response.FromString,
+            )
+            for api, response in (
+                (ApiKind.LEADER_AND_ISR, broker_pb2.LeaderAndIsrResponse),
+                (ApiKind.UPDATE_METADATA, broker_pb2.UpdateMetadataResponse),
+                (ApiKind.STOP_REPLICA, broker_pb2.StopReplicaResponse),
+            )
+        }
 
     def __repr__(self) -> str:
         return f"GrpcBrokerClient({self.address})"
 
     async def send(self, api: ApiKind, request: Any, timeout_s: float) -> Any:
+        if isinstance(request, PreSerialized):
+            return await self._raw[api](request.serialize(), timeout=timeout_s)
         method = getattr(self._stub, api.value)
         return await method(request, timeout=timeout_s)
 

@@ -23,6 +23,7 @@ from controller_svc.errors import (
     ControllerError,
     ControllerMovedError,
     CorruptZnodeError,
+    IllegalStateError,
     NotControllerError,
     ZkNodeExistsError,
     ZkUnavailableError,
@@ -168,6 +169,15 @@ class Controller:
         except ControllerMovedError as e:
             log.warning("controller %d: %s; resigning", self.id, e)
             await self._resign_after_moved(str(e))
+            event.preempt()
+        except IllegalStateError as e:
+            # A bug in the controller's own bookkeeping (e.g. a request batch left pending):
+            # Kafka resigns rather than act on state it cannot trust; the next controller
+            # (possibly this one again) starts from ZooKeeper.
+            log.exception("controller %d: illegal state while processing %r; resigning", self.id, event)
+            if self.partitions is not None:
+                self.partitions.batch.clear()
+            await self._resign_after_moved(f"illegal state: {e}")
             event.preempt()
 
     async def _dispatch(self, event: ev.Event) -> None:

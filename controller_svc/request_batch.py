@@ -91,6 +91,83 @@ def build_update_metadata(
 
 
 @dataclass(slots=True)
+class PreSerialized:
+    """A request whose large shared part is serialized once for every broker.
+
+    Protobuf messages concatenate on the wire (repeated fields append, scalars take the last
+    value), so `head` (per-broker scalars) + `body` (partition states and live brokers, the same
+    for every broker) parse on the broker as one UpdateMetadataRequest."""
+
+    head: Any
+    body: bytes
+    partition_count: int
+
+    @property
+    def partitions(self) -> range:  # for logging: len(request.partitions)
+        return range(self.partition_count)
+
+    @property
+    def correlation_id(self) -> int:
+        return int(self.head.correlation_id)
+
+    @correlation_id.setter
+    def correlation_id(self, value: int) -> None:
+        self.head.correlation_id = value
+
+    def serialize(self) -> bytes:
+        return bytes(self.head.SerializeToString()) + self.body
+
+
+def metadata_partition_states(ctx: ControllerContext, partitions: Iterable[TopicPartition]) -> list[Any]:
+    """metadata_partition_state for many partitions, with the lookups hoisted (failover sends
+    every partition to every broker)."""
+    live = ctx.live_or_shutting_down_broker_ids
+    offline_dirs = {b: tps for b, tps in ctx.replicas_on_offline_dirs.items() if tps}
+    deleting = ctx.topics_to_be_deleted
+    states = ctx.partition_states
+    assignments = ctx.assignments
+    make = common_pb2.PartitionState
+    result = []
+    for tp in partitions:
+        topic, partition = tp.topic, tp.partition
+        assignment = assignments.get(topic, {}).get(partition)
+        replicas = list(assignment.replicas) if assignment is not None else []
+        if offline_dirs:
+            offline = [r for r in replicas if r not in live or tp in offline_dirs.get(r, ())]
+        else:
+            offline = [r for r in replicas if r not in live]
+        state = states.get(tp)
+        if state is None:
+            result.append(
+                make(
+                    topic=topic,
+                    partition=partition,
+                    controller_epoch=ctx.epoch,
+                    leader=LEADER_DURING_DELETE if topic in deleting else NO_LEADER,
+                    leader_epoch=-1,
+                    zk_version=-1,
+                    replicas=replicas,
+                    offline_replicas=offline,
+                )
+            )
+        else:
+            result.append(
+                make(
+                    topic=topic,
+                    partition=partition,
+                    controller_epoch=state.controller_epoch,
+                    leader=LEADER_DURING_DELETE if topic in deleting else state.leader,
+                    leader_epoch=state.leader_epoch,
+                    isr=state.isr,
+                    zk_version=state.zk_version,
+                    replicas=replicas,
+                    offline_replicas=offline,
+                )
+            )
+    return result
+
+
+@dataclass(slots=True)
 class _StopReplica:
     delete: bool
     leader_epoch: int
@@ -201,23 +278,21 @@ class RequestBatch:
                 )
             )
         if self.update_metadata_brokers:
-            partition_states = [metadata_partition_state(ctx, tp) for tp in sorted(self.update_metadata_partitions)]
-            live_brokers = [live_broker_message(ctx.live_brokers[b]) for b in sorted(ctx.live_brokers)]
+            metadata_partitions = sorted(self.update_metadata_partitions)
+            body = broker_pb2.UpdateMetadataRequest(
+                partition_states=metadata_partition_states(ctx, metadata_partitions),
+                live_brokers=[live_broker_message(ctx.live_brokers[b]) for b in sorted(ctx.live_brokers)],
+            ).SerializeToString()
             for broker_id in sorted(self.update_metadata_brokers):
                 if broker_id not in live:
                     continue
+                head = broker_pb2.UpdateMetadataRequest(
+                    controller_id=self.controller_id,
+                    controller_epoch=ctx.epoch,
+                    broker_epoch=ctx.broker_epoch(broker_id),
+                )
                 requests.append(
-                    (
-                        broker_id,
-                        API_UPDATE_METADATA,
-                        broker_pb2.UpdateMetadataRequest(
-                            controller_id=self.controller_id,
-                            controller_epoch=ctx.epoch,
-                            broker_epoch=ctx.broker_epoch(broker_id),
-                            partition_states=partition_states,
-                            live_brokers=live_brokers,
-                        ),
-                    )
+                    (broker_id, API_UPDATE_METADATA, PreSerialized(head, body, len(metadata_partitions)))
                 )
         for broker_id in sorted(self.stop_replica):
             if broker_id not in live:

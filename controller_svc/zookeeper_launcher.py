@@ -184,7 +184,7 @@ def start(
     tick_ms: int = 500,
     detach: bool = False,
     wait_s: float = 60.0,
-    heap_mb: int = 256,
+    heap_mb: int = 1024,
 ) -> ZooKeeper:
     """Start a standalone ZooKeeper (nodes=1) or an ensemble on free localhost ports,
     each with its own data directory under `base_dir`, and wait until it serves."""

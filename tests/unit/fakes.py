@@ -14,7 +14,9 @@ from controller_svc.model import (
     ReplicaAssignment,
     TopicPartition,
 )
+from controller_svc.request_batch import PreSerialized
 from controller_svc.state_change_log import StateChangeLog
+from kcontroller.v1 import broker_pb2
 
 
 @dataclass
@@ -75,6 +77,9 @@ class RecordingSink:
         self.sent: list[tuple[int, str, Any]] = []
 
     def send(self, broker_id: int, api: str, request: Any, callback: Any) -> bool:
+        if isinstance(request, PreSerialized):
+            # What the broker will parse: the per-broker head and the shared body, concatenated.
+            request = broker_pb2.UpdateMetadataRequest.FromString(request.serialize())
         self.sent.append((broker_id, api, request))
         return True
 
