@@ -10,6 +10,7 @@ import grpc
 
 from broker_stub.registration import BrokerRegistration
 from broker_stub.server import SERVICE_NAME, BrokerControlService
+from broker_stub.shutdown import ShutdownSettings, controlled_shutdown
 from broker_stub.state import BrokerState
 from controller_svc import grpc_common
 from controller_svc.app import _advertised
@@ -106,6 +107,17 @@ async def run_broker(config: Config) -> int:
     await stop_wait
 
     log.info("broker %d shutting down", broker_id)
+    if config["controlled.shutdown.enable"] and state.registered:
+        await controlled_shutdown(
+            config.str("zookeeper.connect"),
+            state,
+            ShutdownSettings(
+                max_retries=config.int("controlled.shutdown.max.retries"),
+                retry_backoff_s=config.int("controlled.shutdown.retry.backoff.ms") / 1000.0,
+                timeout_s=config.int("controlled.shutdown.timeout.ms") / 1000.0,
+            ),
+            state_log,
+        )
     await health.set_serving(False)
     await cancel_and_wait(registration_task, reregister_task, isr_task)
     try:

@@ -45,8 +45,10 @@ class BrokerRegistration:
         while True:
             try:
                 result = await self.zk.create(self.path, data, ephemeral=True)
-                assert result.stat is not None
-                return result.stat.czxid
+                if result.stat is not None:
+                    return result.stat.czxid
+                log.warning("%s was deleted right after we created it; registering again", self.path)
+                continue
             except MultiOpError as e:
                 if not isinstance(e.cause, ZkNodeExistsError):
                     raise e.cause from e

@@ -40,6 +40,8 @@ def apply_update_metadata(state: BrokerState, request: broker_pb2.UpdateMetadata
     if error:
         return ApplyResult(error)
     _accept_controller(state, request.controller_id, request.controller_epoch)
+    if request.controller_endpoint:
+        state.controller_endpoint = request.controller_endpoint
     state.live_brokers = {b.id: b for b in request.live_brokers}
     for partition in request.partition_states:
         tp = TopicPartition(partition.topic, partition.partition)

@@ -139,6 +139,7 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
             registered=state.registered,
             log_dirs=list(state.log_dirs),
             offline_log_dirs=sorted(state.offline_log_dirs),
+            controller_endpoint=state.controller_endpoint,
         )
 
     async def expand_caught_up_followers(self) -> int:

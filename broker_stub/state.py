@@ -30,6 +30,7 @@ class BrokerState:
     registered: bool = False
     controller_epoch: int = 0
     controller_id: int = -1
+    controller_endpoint: str = ""
     live_brokers: dict[int, common_pb2.LiveBroker] = field(default_factory=dict)
     metadata: dict[TopicPartition, common_pb2.PartitionState] = field(default_factory=dict)
     roles: dict[TopicPartition, PartitionRole] = field(default_factory=dict)

@@ -119,3 +119,34 @@ class AdminClient:
 
     async def create_topics(self, request: controller_pb2.CreateTopicsRequest) -> controller_pb2.CreateTopicsResponse:
         return await self._call(lambda stub: stub.CreateTopics, request)
+
+    async def delete_topics(self, topics: list[str]) -> controller_pb2.DeleteTopicsResponse:
+        return await self._call(lambda stub: stub.DeleteTopics, controller_pb2.DeleteTopicsRequest(topics=topics))
+
+    async def alter_reassignments(
+        self, plan: list[tuple[str, int, list[int] | None]]
+    ) -> controller_pb2.AlterPartitionReassignmentsResponse:
+        request = controller_pb2.AlterPartitionReassignmentsRequest(
+            partitions=[
+                controller_pb2.ReassignablePartition(topic=t, partition=p, replicas=r or [], cancel=r is None)
+                for t, p, r in plan
+            ]
+        )
+        return await self._call(lambda stub: stub.AlterPartitionReassignments, request)
+
+    async def list_reassignments(
+        self, partitions: list[tuple[str, int]] | None = None
+    ) -> controller_pb2.ListPartitionReassignmentsResponse:
+        request = controller_pb2.ListPartitionReassignmentsRequest(
+            partitions=[controller_pb2.TopicPartitionRef(topic=t, partition=p) for t, p in partitions or []]
+        )
+        return await self._call(lambda stub: stub.ListPartitionReassignments, request)
+
+    async def elect_leaders(
+        self, election_type: str, partitions: list[tuple[str, int]] | None = None
+    ) -> controller_pb2.ElectLeadersResponse:
+        request = controller_pb2.ElectLeadersRequest(
+            election_type=controller_pb2.UNCLEAN if election_type == "unclean" else controller_pb2.PREFERRED,
+            partitions=[controller_pb2.TopicPartitionRef(topic=t, partition=p) for t, p in partitions or []],
+        )
+        return await self._call(lambda stub: stub.ElectLeaders, request)

@@ -70,6 +70,10 @@ async def run_controller(config: Config) -> int:
         retry_backoff_s=config.int("controller.retry.backoff.ms") / 1000.0,
         election_retry_s=config.int("controller.election.retry.ms") / 1000.0,
         unclean_leader_election_enable=bool(config["unclean.leader.election.enable"]),
+        delete_topic_enable=bool(config["delete.topic.enable"]),
+        auto_leader_rebalance_enable=bool(config["auto.leader.rebalance.enable"]),
+        leader_imbalance_per_broker_percentage=config.int("leader.imbalance.per.broker.percentage"),
+        leader_imbalance_check_interval_s=float(config.int("leader.imbalance.check.interval.seconds")),
     )
     controller = Controller(settings, zk, state_log)
     controller_pb2_grpc.add_ControllerServicer_to_server(ControllerService(controller), server)

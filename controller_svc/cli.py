@@ -89,9 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--dir", default=None, help="cluster directory (default: a new temporary one)")
     demo.add_argument("--session-timeout-ms", type=int, default=6000)
 
-    from controller_svc import cli_topics
+    from controller_svc import cli_admin, cli_topics
 
-    cli_topics.register(sub)
+    topics_sub = cli_topics.register(sub)
+    cli_admin.register(sub, topics_sub)
 
     health = sub.add_parser("health", help="gRPC health check of a controller or broker (exit 0 when SERVING)")
     health.add_argument(
@@ -104,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "topics":
         return cli_topics.run(args)
+    if args.command in ("reassign", "elect-leaders"):
+        return cli_admin.run(args)
     if args.command == "health":
         return check_health(args.address, args.timeout_s)
     if args.command == "controller":

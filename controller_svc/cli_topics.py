@@ -36,8 +36,8 @@ def parse_replica_assignment(text: str) -> list[controller_pb2.ReplicaAssignment
     return result
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    topics = sub.add_parser("topics", help="create, list and describe topics")
+def register(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:  # type: ignore[type-arg]
+    topics = sub.add_parser("topics", help="create, list, describe and delete topics")
     topics_sub = topics.add_subparsers(dest="topics_command", required=True)
     create = topics_sub.add_parser("create", help="create a topic (CreateTopics RPC)")
     add_target_args(create)
@@ -58,9 +58,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     describe.add_argument("--topic", action="append", default=[])
     describe.add_argument("--offline-only", action="store_true", help="only partitions without a leader")
     describe.add_argument("--under-replicated-only", action="store_true", help="only partitions with ISR < replicas")
+    return topics_sub  # type: ignore[no-any-return]
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.topics_command == "delete":
+        from controller_svc import cli_admin
+
+        return cli_admin.run(args)
     try:
         return uvloop.run(_run(args))
     except AdminError as e:

@@ -100,6 +100,16 @@ CONTROLLER_KEYS: tuple[Key, ...] = (
         False,
         "Elect a leader outside the ISR when no ISR member is live (data loss); per topic in /config/topics/<t>",
     ),
+    Key("delete.topic.enable", bool, True, "Topic deletion; false removes deletion requests and keeps the topic"),
+    Key("auto.leader.rebalance.enable", bool, True, "Move leadership back to preferred replicas periodically"),
+    Key(
+        "leader.imbalance.per.broker.percentage",
+        int,
+        10,
+        "Imbalance (share of a broker's preferred partitions it does not lead) that triggers a rebalance",
+        lambda v: None if 0 <= v <= 100 else "must be between 0 and 100",
+    ),
+    Key("leader.imbalance.check.interval.seconds", int, 300, "Interval of the automatic rebalance check", _positive),
     Key(
         "controller.election.retry.ms",
         int,
@@ -113,6 +123,16 @@ CONTROLLER_KEYS: tuple[Key, ...] = (
 BROKER_KEYS: tuple[Key, ...] = (
     Key("broker.id", int, 1, "Id of this broker (/brokers/ids/<id>)", _non_negative),
     Key("broker.rack", str, "", "Rack of this broker (empty: none)"),
+    Key("controlled.shutdown.enable", bool, True, "On SIGTERM, move leaderships away before exiting"),
+    Key("controlled.shutdown.max.retries", int, 3, "ControlledShutdown attempts before giving up", _non_negative),
+    Key("controlled.shutdown.retry.backoff.ms", int, 5000, "Wait between ControlledShutdown attempts", _non_negative),
+    Key(
+        "controlled.shutdown.timeout.ms",
+        int,
+        30000,
+        "Grace period of the whole controlled shutdown; the broker deregisters and exits after it",
+        _positive,
+    ),
     Key(
         "replica.catchup.delay.ms",
         int,

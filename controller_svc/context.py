@@ -55,6 +55,9 @@ class ControllerContext:
     topic_ids: dict[str, str] = field(default_factory=dict)
     # topic -> version of its znode that did not parse (reported once per version)
     malformed_topics: dict[str, int] = field(default_factory=dict)
+    # every broker id this controller has seen registered (a reassignment may target a broker
+    # that is down right now, but not one that never existed)
+    known_broker_ids: set[int] = field(default_factory=set)
 
     def __repr__(self) -> str:
         return (
@@ -139,6 +142,20 @@ class ControllerContext:
     def offline_replicas(self, tp: TopicPartition) -> tuple[int, ...]:
         return tuple(r for r in self.replicas(tp) if not self.is_replica_online(r, tp, include_shutting_down=True))
 
+    @property
+    def partitions_being_reassigned(self) -> set[TopicPartition]:
+        return {
+            TopicPartition(t, p)
+            for t, parts in self.assignments.items()
+            for p, a in parts.items()
+            if a.is_being_reassigned
+        }
+
+    def is_known_broker(self, broker_id: int) -> bool:
+        if broker_id in self.live_brokers or broker_id in self.known_broker_ids:
+            return True
+        return any(broker_id in a.replicas for parts in self.assignments.values() for a in parts.values())
+
     def is_topic_queued_for_deletion(self, topic: str) -> bool:
         return topic in self.topics_to_be_deleted
 
@@ -184,3 +201,4 @@ class ControllerContext:
         self.topic_configs.clear()
         self.topic_ids.clear()
         self.malformed_topics.clear()
+        self.known_broker_ids.clear()

@@ -10,37 +10,44 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from controller_svc import events as ev
 from controller_svc import metrics
 from controller_svc.channel_manager import ChannelManager, ClientFactory, grpc_client_factory
 from controller_svc.context import ControllerContext, diff_brokers
+from controller_svc.controlled_shutdown import ShutdownOutcome, controlled_shutdown
 from controller_svc.errors import (
     ControllerEpochCorruptError,
     ControllerError,
     ControllerMovedError,
     CorruptZnodeError,
+    ErrorCode,
     IllegalStateError,
     NotControllerError,
     ZkNodeExistsError,
     ZkUnavailableError,
 )
+from controller_svc.leader_balance import LeaderBalancer
 from controller_svc.metadata_loader import load_all, load_brokers
 from controller_svc.model import TopicPartition
 from controller_svc.notifications import NotificationProcessor
 from controller_svc.partition_manager import PartitionManager
+from controller_svc.reassignment import ReassignmentManager
 from controller_svc.state_change_log import StateChangeLog
 from controller_svc.tasks import cancel_and_wait, spawn
 from controller_svc.topic_admin import TopicAdmin
+from controller_svc.topic_deletion import TopicDeletionManager
 from controller_svc.zk import codecs, paths
-from controller_svc.zk.client import MultiOpError, WatchKind, ZkClient
+from controller_svc.zk.client import CreateOp, MultiOpError, WatchKind, ZkClient
 from controller_svc.zk.partition_store import ZkPartitionStateStore
 from controller_svc.zk.store import ControllerZkStore
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +59,12 @@ class ControllerSettings:
     retry_backoff_s: float = 0.1
     election_retry_s: float = 2.0
     unclean_leader_election_enable: bool = False
+    delete_topic_enable: bool = True
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_per_broker_percentage: int = 10
+    leader_imbalance_check_interval_s: float = 300.0
+    # Kafka runs the first automatic rebalance 5 s after failover.
+    first_rebalance_delay_s: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +103,10 @@ class Controller:
         self.partitions: PartitionManager | None = None
         self.topic_admin: TopicAdmin | None = None
         self.notifications: NotificationProcessor | None = None
+        self.deletion: TopicDeletionManager | None = None
+        self.reassignment: ReassignmentManager | None = None
+        self.balancer: LeaderBalancer | None = None
+        self._rebalance_task: asyncio.Task[None] | None = None
         self.active_controller_id = -1
         self.is_active = False
         self.election_blocked: str | None = None
@@ -147,7 +164,7 @@ class Controller:
     async def shutdown(self) -> None:
         """Resign, stop the event thread and background tasks (KafkaController.shutdown)."""
         await self.events.close()
-        await cancel_and_wait(self._retry_task, self._endpoint_task)
+        await cancel_and_wait(self._retry_task, self._endpoint_task, self._rebalance_task)
         if self.is_active:
             await self._on_resignation("shutdown")
 
@@ -202,6 +219,7 @@ class Controller:
                 if self.election_blocked is not None or (not self.is_active and self.active_controller_id == -1):
                     await self._elect()
                 elif self.is_active:
+                    await self._check_epoch_fence()
                     await self._maybe_resign()
             case ev.DescribeCluster():
                 await self._describe(event)
@@ -223,8 +241,59 @@ class Controller:
                 if not event.reply.done():
                     event.reply.set_result(results)
             case ev.IsrChangeNotification():
-                assert self.notifications is not None
-                await self.notifications.process_isr_changes()
+                assert self.notifications is not None and self.reassignment is not None
+                changed = await self.notifications.process_isr_changes()
+                reassigning = [tp for tp in changed if tp in self.context.partitions_being_reassigned]
+                if reassigning:
+                    await self._in_operation(self.reassignment.on_isr_change(reassigning))
+            case ev.TopicDeletion():
+                await self._process_topic_deletion()
+            case ev.DeleteTopics():
+                deleted = await self._delete_topics(event.topics)
+                if not event.reply.done():
+                    event.reply.set_result(deleted)
+            case ev.StopReplicaResponseReceived():
+                assert self.deletion is not None
+                await self._in_operation(
+                    self.deletion.on_stop_replica_response(
+                        event.broker_id,
+                        event.error_code,
+                        [(TopicPartition(t, p), code) for t, p, code in event.partition_errors],
+                    )
+                )
+            case ev.ZkPartitionReassignment():
+                assert self.reassignment is not None
+                await self._in_operation(self.reassignment.process_zk_plan())
+            case ev.ApiPartitionReassignment():
+                assert self.reassignment is not None
+                requests = [(TopicPartition(t, p), r) for t, p, r in event.requests]
+                alter_results = await self._in_operation(self.reassignment.alter(requests))
+                if not event.reply.done():
+                    event.reply.set_result(alter_results)
+            case ev.ListPartitionReassignments():
+                assert self.reassignment is not None
+                listing = self.reassignment.list([TopicPartition(t, p) for t, p in event.partitions])
+                if not event.reply.done():
+                    event.reply.set_result(listing)
+            case ev.ZkPreferredReplicaElection():
+                assert self.balancer is not None
+                await self._in_operation(self.balancer.process_zk_request())
+            case ev.ElectLeaders():
+                assert self.balancer is not None
+                wanted = [TopicPartition(t, p) for t, p in event.partitions] or None
+                outcomes = await self._in_operation(self.balancer.elect(wanted, event.election_type))
+                if not event.reply.done():
+                    event.reply.set_result(outcomes)
+            case ev.AutoPreferredReplicaLeaderElection():
+                assert self.balancer is not None
+                await self._in_operation(self.balancer.auto_rebalance())
+            case ev.ControlledShutdown():
+                assert self.partitions is not None
+                outcome: ShutdownOutcome = await controlled_shutdown(
+                    self.context, self.partitions, self.state_log, event.broker_id, event.broker_epoch
+                )
+                if not event.reply.done():
+                    event.reply.set_result(outcome)
             case ev.LogDirEventNotification():
                 assert self.notifications is not None
                 await self.notifications.process_log_dir_events()
@@ -316,6 +385,18 @@ class Controller:
 
         self._retry_task = spawn(retry_later(), "controller-election-retry")
 
+    async def _check_epoch_fence(self) -> None:
+        """/controller_epoch changed while we are active: if it is no longer at the version we
+        set, another controller (or an operator) moved it; resign now rather than at our next
+        write."""
+        fence = self.store.fence
+        got = await self.zk.get_or_none(paths.CONTROLLER_EPOCH, watch=True)
+        if fence is not None and (got is None or got[1].version != fence.zk_version):
+            raise ControllerMovedError(
+                f"{paths.CONTROLLER_EPOCH} changed behind our back (version "
+                f"{got[1].version if got else 'gone'}, ours {fence.zk_version})"
+            )
+
     async def _maybe_resign(self) -> None:
         was_active = self.is_active
         active = await self.store.read_active_controller(watch=True)
@@ -354,9 +435,13 @@ class Controller:
         self.zk.watch_children(paths.ISR_CHANGE_NOTIFICATION, self._on_isr_change)
         self.zk.watch_children(paths.LOG_DIR_EVENT_NOTIFICATION, self._on_log_dir_event)
         self.zk.watch_children(paths.CONFIG_CHANGES, self._on_config_change)
+        self.zk.watch_children(paths.DELETE_TOPICS, self._on_delete_topics)
+        self.zk.watch_data(paths.REASSIGN_PARTITIONS, self._on_reassign_partitions)
+        self.zk.watch_data(paths.PREFERRED_REPLICA_ELECTION, self._on_preferred_election)
         started = time.monotonic()
         brokers = await load_brokers(self.zk, watch=True)
         self.context.live_brokers = dict(brokers)
+        self.context.known_broker_ids.update(brokers)
         self._watch_broker_data(set(brokers))
         await load_all(self.zk, self.context)
         loaded = time.monotonic()
@@ -377,13 +462,45 @@ class Controller:
             self.state_log,
             lambda: self.settings.unclean_leader_election_enable,
             on_leader_and_isr_response=self._on_leader_and_isr_response,
-            on_stop_replica_response=self._on_response,
+            on_stop_replica_response=self._on_stop_replica_response,
+            controller_endpoint=self.settings.grpc_endpoint,
         )
         self.topic_admin = TopicAdmin(self.id, self.context, self.store, self.partitions, self._on_topic_data)
         self.notifications = NotificationProcessor(self.id, self.context, self.store, self.partitions)
         self.topic_admin.watch_topics(set(self.context.assignments) | set(self.context.malformed_topics))
+        self.deletion = TopicDeletionManager(
+            self.id, self.context, self.store, self.partitions, self.state_log, self.settings.delete_topic_enable
+        )
+        self.reassignment = ReassignmentManager(
+            self.id, self.context, self.store, self.partitions, self.deletion, self.state_log
+        )
+        self.balancer = LeaderBalancer(
+            self.id,
+            self.context,
+            self.store,
+            self.partitions,
+            self.state_log,
+            self.settings.leader_imbalance_per_broker_percentage,
+        )
+        # Topics queued for deletion must be known before the state machines start up.
+        pending_deletions = set(await self.zk.get_children_or_empty(paths.DELETE_TOPICS, watch=True))
+        self.context.topics_to_be_deleted.update(pending_deletions & set(self.context.assignments))
         await self.notifications.start_up()
         await self.partitions.start_up()
+        await self._in_operation(self.reassignment.start_up())
+        self.deletion.mark_ineligible(
+            {tp.topic for tp in self.context.partitions_being_reassigned}
+            | {
+                r.tp.topic
+                for r in self.context.all_replicas(self.context.all_partitions())
+                if r.tp.topic in self.context.topics_to_be_deleted
+                and not self.context.is_replica_online(r.replica, r.tp, include_shutting_down=True)
+            }
+        )
+        await self._in_operation(self.deletion.process_requests(pending_deletions))
+        await self._in_operation(self.balancer.process_zk_request())
+        if self.settings.auto_leader_rebalance_enable:
+            self._rebalance_task = spawn(self._auto_rebalance_timer(), "auto-leader-rebalance")
         self.state_log.record(
             "controller.failover_completed",
             controller_id=self.id,
@@ -421,6 +538,9 @@ class Controller:
         self.partitions = None
         self.topic_admin = None
         self.notifications = None
+        self.deletion = None
+        self.reassignment = None
+        self.balancer = None
         channels, self.channels = self.channels, None
         if channels is not None:
             await channels.close()
@@ -463,8 +583,17 @@ class Controller:
         for broker_id in failed | diff.changed_endpoints:
             self.channels.remove_broker(broker_id)
             self.context.live_brokers.pop(broker_id, None)
+        self.context.known_broker_ids.update(current)
         if failed:
             await self.partitions.on_broker_failure(set(failed))
+            assert self.deletion is not None
+            deleting = {
+                r
+                for r in self.context.replicas_on_brokers(failed)
+                if self.context.is_topic_queued_for_deletion(r.tp.topic)
+            }
+            if deleting:
+                await self._in_operation(self.deletion.fail_replica_deletion(deleting))
         started = diff.new | diff.bounced | diff.changed_endpoints
         for broker_id in started:
             self.context.live_brokers[broker_id] = current[broker_id]
@@ -474,11 +603,23 @@ class Controller:
             await self.partitions.send_update_metadata(self.context.live_or_shutting_down_broker_ids, [])
         if diff.new | diff.bounced:
             await self.partitions.on_broker_startup(set(diff.new | diff.bounced))
+            assert self.deletion is not None
+            topics = {tp.topic for tp in self.context.partitions_on_brokers(diff.new | diff.bounced)}
+            await self._in_operation(self.deletion.resume_for(topics))
 
     def _on_response(self, broker_id: int, api: str, response: Any) -> None:
         self.events.put(
             ev.ControlRequestCompleted(
                 broker_id=broker_id, api=str(api), error_code=int(response.error_code), response=response
+            )
+        )
+
+    def _on_stop_replica_response(self, broker_id: int, api: str, response: Any) -> None:
+        self.events.put(
+            ev.StopReplicaResponseReceived(
+                broker_id=broker_id,
+                error_code=int(response.error_code),
+                partition_errors=tuple((e.topic, e.partition, e.error_code) for e in response.partition_errors),
             )
         )
 
@@ -490,6 +631,61 @@ class Controller:
                 partition_errors=tuple((e.topic, e.partition, e.error_code) for e in response.partition_errors),
             )
         )
+
+    async def _in_operation(self, work: Awaitable[T]) -> T:
+        """Run a manager's step inside one request batch (sent when it ends)."""
+        assert self.partitions is not None
+        async with self.partitions.operation():
+            return await work
+
+    async def _process_topic_deletion(self) -> None:
+        assert self.deletion is not None
+        requested = set(await self.zk.get_children_or_empty(paths.DELETE_TOPICS, watch=True))
+        await self._in_operation(self.deletion.process_requests(requested))
+
+    async def _delete_topics(self, topics: tuple[str, ...]) -> list[tuple[str, int, str]]:
+        """DeleteTopics RPC: queue through /admin/delete_topics, exactly as kafka-topics does,
+        so a controller that fails over finds the request in ZooKeeper."""
+        assert self.deletion is not None
+        results: list[tuple[str, int, str]] = []
+        queue: list[str] = []
+        for topic in topics:
+            if topic not in self.context.assignments:
+                results.append((topic, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), f"topic {topic!r} does not exist"))
+            elif not self.settings.delete_topic_enable:
+                results.append((topic, int(ErrorCode.TOPIC_DELETION_DISABLED), "delete.topic.enable is false"))
+            else:
+                results.append((topic, 0, ""))
+                queue.append(topic)
+        for topic, code, message in results:
+            if code:
+                metrics.ADMIN_REQUEST_ERRORS.labels("DeleteTopics", ErrorCode(code).name).inc()
+                log.warning("DeleteTopics %s refused: %s", topic, message)
+        for topic in queue:
+            try:
+                await self.store.fenced_multi([CreateOp(f"{paths.DELETE_TOPICS}/{topic}")])
+            except MultiOpError as e:
+                if not isinstance(e.cause, ZkNodeExistsError):
+                    raise
+        await self._in_operation(self.deletion.process_requests(set(queue)))
+        return results
+
+    async def _auto_rebalance_timer(self) -> None:
+        await asyncio.sleep(self.settings.first_rebalance_delay_s)
+        while True:
+            self.events.put(ev.AutoPreferredReplicaLeaderElection())
+            await asyncio.sleep(self.settings.leader_imbalance_check_interval_s)
+
+    def _on_delete_topics(self, _kind: WatchKind, _path: str) -> None:
+        self.events.put(ev.TopicDeletion())
+
+    # Every kind of event is enqueued, deletion included: the handler's read re-arms the watch
+    # (as an exists watch once the znode is gone), so the next request is seen.
+    def _on_reassign_partitions(self, _kind: WatchKind, _path: str) -> None:
+        self.events.put(ev.ZkPartitionReassignment())
+
+    def _on_preferred_election(self, _kind: WatchKind, _path: str) -> None:
+        self.events.put(ev.ZkPreferredReplicaElection())
 
     def _on_topics(self, _kind: WatchKind, _path: str) -> None:
         self.events.put(ev.TopicChange())

@@ -29,6 +29,12 @@ from kcontroller.v1 import broker_pb2, broker_pb2_grpc, controller_pb2, controll
 
 CLUSTER_FILE = "cluster.json"
 
+# A local cluster is stopped as a whole: keep each broker's controlled shutdown short.
+LOCAL_BROKER_DEFAULTS = {
+    "controlled.shutdown.retry.backoff.ms": "500",
+    "controlled.shutdown.timeout.ms": "8000",
+}
+
 
 class ClusterError(RuntimeError):
     pass
@@ -244,15 +250,17 @@ def down(directory: str, grace_s: float = 15.0) -> None:
     """SIGTERM every process the launcher started, SIGKILL after the grace period."""
     base = pathlib.Path(directory).resolve()
     spec = read_spec(str(base))
-    pids = [n["pid"] for n in spec.get("brokers", []) + spec.get("controllers", []) if n.get("pid")]
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGCONT)  # a stopped process cannot handle SIGTERM
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    for pid in pids:
-        zookeeper_launcher.stop_pid(pid, signal.SIGTERM, grace_s)
+    # Brokers first (their controlled shutdown needs a controller), then controllers.
+    for group in ("brokers", "controllers"):
+        pids = [n["pid"] for n in spec.get(group, []) if n.get("pid")]
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)  # a stopped process cannot handle SIGTERM
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for pid in pids:
+            zookeeper_launcher.stop_pid(pid, signal.SIGTERM, grace_s)
     if spec.get("zookeeper_pid"):
         zookeeper_launcher.stop_pid(spec["zookeeper_pid"], signal.SIGTERM, grace_s)
     (base / CLUSTER_FILE).rename(base / "cluster.json.down")

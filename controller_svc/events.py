@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller_svc import metrics
-from controller_svc.errors import NotControllerError
+from controller_svc.errors import ControllerError, NotControllerError
 from controller_svc.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,9 @@ class Event:
     def preempt(self) -> None:
         """Called instead of processing when the event is dropped by clear_and_put."""
 
+    def fail(self, error: BaseException) -> None:
+        """Called when processing the event raised."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReplyEvent(Event):
@@ -62,6 +65,10 @@ class ReplyEvent(Event):
     def preempt(self) -> None:
         if not self.reply.done():
             self.reply.set_exception(NotControllerError("the controller moved while the request was queued"))
+
+    def fail(self, error: BaseException) -> None:
+        if not self.reply.done():
+            self.reply.set_exception(ControllerError(f"internal error processing the request: {error!r}"))
 
 
 def _event(state: ControllerState) -> Any:
@@ -173,6 +180,69 @@ class CreateTopics(ReplyEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class TopicDeletion(Event):
+    """/admin/delete_topics children changed."""
+
+    state: ControllerState = _event(ControllerState.TOPIC_DELETION)
+
+
+@dataclass(frozen=True, slots=True)
+class StopReplicaResponseReceived(Event):
+    broker_id: int = -1
+    error_code: int = 0
+    partition_errors: tuple[tuple[str, int, int], ...] = ()
+    state: ControllerState = _event(ControllerState.TOPIC_DELETION)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteTopics(ReplyEvent):
+    topics: tuple[str, ...] = ()
+    state: ControllerState = _event(ControllerState.TOPIC_DELETION)
+
+
+@dataclass(frozen=True, slots=True)
+class ZkPartitionReassignment(Event):
+    state: ControllerState = _event(ControllerState.ALTER_PARTITION_REASSIGNMENT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiPartitionReassignment(ReplyEvent):
+    # (topic, partition, target replicas or None to cancel)
+    requests: tuple[tuple[str, int, tuple[int, ...] | None], ...] = ()
+    state: ControllerState = _event(ControllerState.ALTER_PARTITION_REASSIGNMENT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListPartitionReassignments(ReplyEvent):
+    partitions: tuple[tuple[str, int], ...] = ()
+    state: ControllerState = _event(ControllerState.LIST_PARTITION_REASSIGNMENT)
+
+
+@dataclass(frozen=True, slots=True)
+class ZkPreferredReplicaElection(Event):
+    state: ControllerState = _event(ControllerState.MANUAL_LEADER_BALANCE)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ElectLeaders(ReplyEvent):
+    partitions: tuple[tuple[str, int], ...] = ()  # empty: all
+    election_type: str = "preferred"
+    state: ControllerState = _event(ControllerState.MANUAL_LEADER_BALANCE)
+
+
+@dataclass(frozen=True, slots=True)
+class AutoPreferredReplicaLeaderElection(Event):
+    state: ControllerState = _event(ControllerState.AUTO_LEADER_BALANCE)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControlledShutdown(ReplyEvent):
+    broker_id: int = -1
+    broker_epoch: int = -1
+    state: ControllerState = _event(ControllerState.CONTROLLED_SHUTDOWN)
+
+
+@dataclass(frozen=True, slots=True)
 class ControlRequestCompleted(Event):
     """A broker answered a control request (Kafka's *ResponseReceived events)."""
 
@@ -275,11 +345,11 @@ class EventManager:
             except asyncio.CancelledError:
                 event.preempt()
                 raise
-            except Exception:
+            except Exception as error:
                 # A failing handler must not stop the loop (ControllerEventThread.doWork).
                 metrics.EVENT_HANDLER_ERRORS.labels(type(event).__name__).inc()
                 log.exception("error processing event %r", event)
-                event.preempt()
+                event.fail(error)
             finally:
                 self.current = None
                 self.processed_count += 1

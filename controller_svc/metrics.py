@@ -76,3 +76,14 @@ STATE_RATE_AND_TIME_MS = Summary(
 ADMIN_REQUEST_ERRORS = Counter(
     "kcontroller_admin_request_errors_total", "Admin requests refused, by API and Kafka error", ["api", "error"]
 )
+TOPICS_TO_DELETE = Gauge("kafka_controller_kafkacontroller_topicstodeletecount", "Topics queued for deletion")
+REPLICAS_TO_DELETE = Gauge("kafka_controller_kafkacontroller_replicastodeletecount", "Replicas of topics being deleted")
+TOPICS_INELIGIBLE_TO_DELETE = Gauge(
+    "kafka_controller_kafkacontroller_topicsineligibletodeletecount", "Topics whose deletion waits"
+)
+REPLICAS_INELIGIBLE_TO_DELETE = Gauge(
+    "kafka_controller_kafkacontroller_replicasineligibletodeletecount", "Replicas whose deletion waits"
+)
+REASSIGNING_PARTITIONS = Gauge(
+    "kafka_controller_kafkacontroller_reassigningpartitions", "Partitions being reassigned (KIP-503)"
+)

@@ -44,10 +44,11 @@ class NotificationProcessor:
         changes = await self.zk.get_children_or_empty(paths.CONFIG_CHANGES, watch=True)
         self.last_config_change = max(changes, default="")
 
-    async def process_isr_changes(self) -> None:
+    async def process_isr_changes(self) -> list[TopicPartition]:
+        """Reload the partitions named by ISR change notifications; returns them."""
         notes = await read_notifications(self.zk, paths.ISR_CHANGE_NOTIFICATION, watch=True)
         if not notes:
-            return
+            return []
         changed: set[TopicPartition] = set()
         for name, obj in notes:
             entries = obj.get("partitions") if obj is not None else None
@@ -68,6 +69,7 @@ class NotificationProcessor:
             log.info("controller %d: ISR changed for %d partitions", self.controller_id, len(known))
             await self.partitions.send_update_metadata(self.ctx.live_or_shutting_down_broker_ids, known)
         await self.store.fenced_delete([f"{paths.ISR_CHANGE_NOTIFICATION}/{name}" for name, _ in notes])
+        return known
 
     async def process_log_dir_events(self) -> None:
         notes = await read_notifications(self.zk, paths.LOG_DIR_EVENT_NOTIFICATION, watch=True)

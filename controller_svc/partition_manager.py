@@ -35,11 +35,14 @@ class PartitionManager:
         unclean_default: Callable[[], bool],
         on_leader_and_isr_response: Callable[[int, str, Any], None] | None = None,
         on_stop_replica_response: Callable[[int, str, Any], None] | None = None,
+        controller_endpoint: str = "",
     ) -> None:
         self.controller_id = controller_id
         self.ctx = ctx
         self.sink = sink
-        self.batch = RequestBatch(controller_id, ctx, on_leader_and_isr_response, on_stop_replica_response)
+        self.batch = RequestBatch(
+            controller_id, ctx, on_leader_and_isr_response, on_stop_replica_response, controller_endpoint
+        )
         self.psm = PartitionStateMachine(ctx, store, self.batch, state_log, controller_id, unclean_default)
         self.rsm = ReplicaStateMachine(ctx, store, self.batch, state_log, controller_id)
 

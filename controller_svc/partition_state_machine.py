@@ -144,6 +144,7 @@ class PartitionStateMachine:
         partitions: Sequence[TopicPartition],
         target: PartitionState,
         strategy: ElectionStrategy | None = None,
+        allow_unclean: bool = False,
     ) -> StateChangeResult:
         """Validate, apply, and add the resulting requests to the (caller's) request batch."""
         result = StateChangeResult()
@@ -179,7 +180,7 @@ class PartitionStateMachine:
             if new:
                 await self._initialize_leader_and_isr(new, result)
             if existing:
-                await self._elect_leaders(existing, strategy or ElectionStrategy.OFFLINE, result)
+                await self._elect_leaders(existing, strategy or ElectionStrategy.OFFLINE, result, allow_unclean)
         metrics.OFFLINE_PARTITIONS.set(self.offline_partition_count())
         return result
 
@@ -210,7 +211,11 @@ class PartitionStateMachine:
             self._record_election(tp, state, (), "new", unclean=False)
 
     async def _elect_leaders(
-        self, partitions: list[TopicPartition], strategy: ElectionStrategy, result: StateChangeResult
+        self,
+        partitions: list[TopicPartition],
+        strategy: ElectionStrategy,
+        result: StateChangeResult,
+        allow_unclean: bool = False,
     ) -> None:
         remaining = list(partitions)
         for _attempt in range(MAX_WRITE_ATTEMPTS):
@@ -239,7 +244,7 @@ class PartitionStateMachine:
                     current,
                     online,
                     self.ctx.shutting_down_broker_ids,
-                    self.ctx.unclean_election_enabled(tp.topic, self.unclean_default()),
+                    allow_unclean or self.ctx.unclean_election_enabled(tp.topic, self.unclean_default()),
                 )
                 if election.leader is None:
                     result.failed[tp] = f"no eligible leader ({strategy.value})"

@@ -179,6 +179,7 @@ class RequestBatch:
     ctx: ControllerContext
     on_leader_and_isr_response: ResponseCallback | None = None
     on_stop_replica_response: ResponseCallback | None = None
+    controller_endpoint: str = ""
     leader_and_isr: dict[int, dict[TopicPartition, common_pb2.PartitionState]] = field(default_factory=dict)
     update_metadata_brokers: set[int] = field(default_factory=set)
     update_metadata_partitions: set[TopicPartition] = field(default_factory=set)
@@ -290,10 +291,9 @@ class RequestBatch:
                     controller_id=self.controller_id,
                     controller_epoch=ctx.epoch,
                     broker_epoch=ctx.broker_epoch(broker_id),
+                    controller_endpoint=self.controller_endpoint,
                 )
-                requests.append(
-                    (broker_id, API_UPDATE_METADATA, PreSerialized(head, body, len(metadata_partitions)))
-                )
+                requests.append((broker_id, API_UPDATE_METADATA, PreSerialized(head, body, len(metadata_partitions))))
         for broker_id in sorted(self.stop_replica):
             if broker_id not in live:
                 continue

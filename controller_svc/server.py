@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any, TypeVar
 
 import grpc
 
@@ -19,12 +20,144 @@ from kcontroller.v1 import controller_pb2, controller_pb2_grpc
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 SERVICE_NAME = controller_pb2.DESCRIPTOR.services_by_name["Controller"].full_name
 
 
 class ControllerService(controller_pb2_grpc.ControllerServicer):
     def __init__(self, controller: Controller) -> None:
         self.controller = controller
+
+    async def _submit(self, api: str, event: ev.ReplyEvent, response_type: type[T]) -> tuple[Any, T | None]:
+        """Queue the event; on NOT_CONTROLLER (or another controller error) build the error
+        response naming the active controller."""
+        try:
+            return await self.controller.submit(event), None
+        except NotControllerError as e:
+            metrics.ADMIN_REQUEST_ERRORS.labels(api, "NOT_CONTROLLER").inc()
+            return None, response_type(  # type: ignore[call-arg]
+                error_code=int(e.code), error_message=str(e), active_controller=await self._active_controller()
+            )
+        except ControllerError as e:
+            metrics.ADMIN_REQUEST_ERRORS.labels(api, e.code.name).inc()
+            return None, response_type(error_code=int(e.code), error_message=str(e))  # type: ignore[call-arg]
+
+    def _future(self) -> asyncio.Future[Any]:
+        return asyncio.get_running_loop().create_future()
+
+    async def DeleteTopics(
+        self, request: controller_pb2.DeleteTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.DeleteTopicsResponse:
+        results, error = await self._submit(
+            "DeleteTopics",
+            ev.DeleteTopics(reply=self._future(), topics=tuple(request.topics)),
+            controller_pb2.DeleteTopicsResponse,
+        )
+        if error is not None:
+            return error
+        return controller_pb2.DeleteTopicsResponse(
+            topics=[
+                controller_pb2.DeletableTopicResult(name=name, error_code=code, error_message=message)
+                for name, code, message in results
+            ]
+        )
+
+    async def AlterPartitionReassignments(
+        self, request: controller_pb2.AlterPartitionReassignmentsRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.AlterPartitionReassignmentsResponse:
+        requests = tuple((p.topic, p.partition, None if p.cancel else tuple(p.replicas)) for p in request.partitions)
+        results, error = await self._submit(
+            "AlterPartitionReassignments",
+            ev.ApiPartitionReassignment(reply=self._future(), requests=requests),
+            controller_pb2.AlterPartitionReassignmentsResponse,
+        )
+        if error is not None:
+            return error
+        return controller_pb2.AlterPartitionReassignmentsResponse(
+            partitions=[
+                controller_pb2.ReassignablePartitionResult(
+                    topic=r.tp.topic, partition=r.tp.partition, error_code=r.error_code, error_message=r.message
+                )
+                for r in results
+            ]
+        )
+
+    async def ListPartitionReassignments(
+        self, request: controller_pb2.ListPartitionReassignmentsRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.ListPartitionReassignmentsResponse:
+        listing, error = await self._submit(
+            "ListPartitionReassignments",
+            ev.ListPartitionReassignments(
+                reply=self._future(), partitions=tuple((p.topic, p.partition) for p in request.partitions)
+            ),
+            controller_pb2.ListPartitionReassignmentsResponse,
+        )
+        if error is not None:
+            return error
+        return controller_pb2.ListPartitionReassignmentsResponse(
+            reassignments=[
+                controller_pb2.OngoingPartitionReassignment(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    replicas=list(assignment.replicas),
+                    adding_replicas=list(assignment.adding),
+                    removing_replicas=list(assignment.removing),
+                    isr=list(state.isr) if state else [],
+                    leader=state.leader if state else -1,
+                )
+                for tp, assignment, state in listing
+            ]
+        )
+
+    async def ElectLeaders(
+        self, request: controller_pb2.ElectLeadersRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.ElectLeadersResponse:
+        election_type = "unclean" if request.election_type == controller_pb2.UNCLEAN else "preferred"
+        outcomes, error = await self._submit(
+            "ElectLeaders",
+            ev.ElectLeaders(
+                reply=self._future(),
+                partitions=tuple((p.topic, p.partition) for p in request.partitions),
+                election_type=election_type,
+            ),
+            controller_pb2.ElectLeadersResponse,
+        )
+        if error is not None:
+            return error
+        return controller_pb2.ElectLeadersResponse(
+            partitions=[
+                controller_pb2.PartitionElectionResult(
+                    topic=o.tp.topic,
+                    partition=o.tp.partition,
+                    error_code=o.error_code,
+                    error_message=o.message,
+                    leader=o.leader,
+                )
+                for o in outcomes
+            ]
+        )
+
+    async def ControlledShutdown(
+        self, request: controller_pb2.ControlledShutdownRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.ControlledShutdownResponse:
+        outcome, error = await self._submit(
+            "ControlledShutdown",
+            ev.ControlledShutdown(reply=self._future(), broker_id=request.broker_id, broker_epoch=request.broker_epoch),
+            controller_pb2.ControlledShutdownResponse,
+        )
+        if error is not None:
+            return error
+        if outcome.error_code:
+            metrics.ADMIN_REQUEST_ERRORS.labels("ControlledShutdown", ErrorCode(outcome.error_code).name).inc()
+            log.warning("ControlledShutdown of broker %d refused: %s", request.broker_id, outcome.message)
+        return controller_pb2.ControlledShutdownResponse(
+            error_code=outcome.error_code,
+            error_message=outcome.message,
+            remaining_partitions=[
+                controller_pb2.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in outcome.remaining
+            ],
+        )
 
     async def _active_controller(self) -> controller_pb2.ControllerEndpoint:
         active = self.controller.active_controller_id

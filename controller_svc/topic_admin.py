@@ -186,7 +186,7 @@ class TopicAdmin:
             if request.partitions not in (-1, 0) or request.replication_factor not in (-1, 0):
                 raise ControllerError("give either an assignment or partitions and replication factor, not both")
             assignment = {p: tuple(r) for p, r in request.assignment}
-            validate_assignment(assignment, set(self.ctx.live_brokers))
+            validate_assignment(assignment, set(self.ctx.live_brokers), same_replication_factor=True)
             return assignment, configs
         if request.partitions <= 0:
             raise InvalidPartitionsError(f"number of partitions must be larger than 0, got {request.partitions}")

@@ -89,9 +89,14 @@ def assign_replicas_to_brokers(
     return result
 
 
-def validate_assignment(assignment: Mapping[int, Sequence[int]], known_brokers: Collection[int] | None = None) -> None:
-    """Partition ids 0..n-1 with no gap, non-empty replica lists without duplicates, the same
-    replication factor everywhere, and (when given) only known brokers."""
+def validate_assignment(
+    assignment: Mapping[int, Sequence[int]],
+    known_brokers: Collection[int] | None = None,
+    same_replication_factor: bool = False,
+) -> None:
+    """Partition ids 0..n-1 with no gap, non-empty replica lists without duplicates, and (when
+    asked, as CreateTopics does) the same replication factor everywhere and only known brokers.
+    A topic read from ZooKeeper may mix replication factors (a reassignment in progress)."""
     if not assignment:
         raise InvalidReplicaAssignmentError("the assignment has no partitions")
     if sorted(assignment) != list(range(len(assignment))):
@@ -109,5 +114,5 @@ def validate_assignment(assignment: Mapping[int, Sequence[int]], known_brokers: 
             if unknown:
                 raise InvalidReplicaAssignmentError(f"partition {partition} names unknown brokers {unknown}")
         factors.add(len(replicas))
-    if len(factors) > 1:
+    if same_replication_factor and len(factors) > 1:
         raise InvalidReplicaAssignmentError(f"partitions have different replication factors {sorted(factors)}")

@@ -477,12 +477,9 @@ class ZkClient:
         result = (await self.multi([CreateOp(path, data, ephemeral, sequential)]))[0]
         if result.stat is None:
             # ZooKeeper answers a create inside a multi without the stat; the czxid is needed
-            # (broker epoch), so read it. The znode is ours: nobody else can have replaced it
-            # unless it is already gone, which `exists` reports.
-            stat = await self.exists(result.path)
-            if stat is None:
-                raise ZkNoNodeError(result.path)
-            result = OpResult(result.op, result.path, stat)
+            # (broker epoch), so read it.
+            # None when someone deleted it in between: the create itself succeeded.
+            result = OpResult(result.op, result.path, await self.exists(result.path))
         return result
 
     async def set_data(self, path: str, data: bytes, version: int = -1) -> ZnodeStat:

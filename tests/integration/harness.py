@@ -71,8 +71,15 @@ class Cluster:
     async def snapshot(self) -> devcluster.ClusterSnapshot:
         return await devcluster.snapshot(self.spec)
 
-    async def converged(self, min_epoch: int = 1, timeout_s: float = 60.0) -> devcluster.ClusterSnapshot:
-        return await devcluster.wait_converged(self.spec, timeout_s, min_epoch=min_epoch)
+    async def converged(
+        self, min_epoch: int = 1, timeout_s: float = 60.0, brokers: list[int] | None = None
+    ) -> devcluster.ClusterSnapshot:
+        """A controller with at least `min_epoch` and every broker (or only `brokers`, for tests
+        that keep some down) on its metadata."""
+        spec = self.spec
+        if brokers is not None:
+            spec = {**self.spec, "brokers": [b for b in self.spec["brokers"] if b["id"] in brokers]}
+        return await devcluster.wait_converged(spec, timeout_s, min_epoch=min_epoch)
 
     def signal(self, node: dict[str, Any], sig: int) -> None:
         os.kill(node["pid"], sig)

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from controller_svc import events as ev
-from controller_svc.errors import NotControllerError
+from controller_svc.errors import ControllerError, NotControllerError
 
 
 class Recorder:
@@ -54,7 +54,7 @@ async def test_clear_and_put_preempts_queued_events_and_fails_their_replies() ->
     await manager.close()
 
 
-async def test_a_failing_handler_does_not_stop_the_loop_and_fails_its_reply() -> None:
+async def test_a_failing_handler_does_not_stop_the_loop_and_fails_its_reply_with_the_cause() -> None:
     recorder = Recorder()
     recorder.fail_on = ev.DescribeCluster
     manager = ev.EventManager(recorder.handle)
@@ -64,8 +64,9 @@ async def test_a_failing_handler_does_not_stop_the_loop_and_fails_its_reply() ->
     after = manager.put(ev.BrokerChange())
     await after.processed
     assert [type(e) for e in recorder.seen] == [ev.DescribeCluster, ev.BrokerChange]
-    with pytest.raises(NotControllerError):
+    with pytest.raises(ControllerError, match="handler failure") as raised:
         reply.result()
+    assert not isinstance(raised.value, NotControllerError)
     await manager.close()
 
 
