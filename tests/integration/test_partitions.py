@@ -241,7 +241,8 @@ async def test_unclean_election_only_when_enabled_for_the_topic(cluster_factory)
 
 
 async def test_fast_broker_bounce_is_detected_and_reinitialised(cluster_factory) -> None:
-    cluster = await cluster_factory(controllers=1, brokers=3)
+    # No controlled shutdown: it would wait for the paused controller.
+    cluster = await cluster_factory(controllers=1, brokers=3, broker_overrides={"controlled.shutdown.enable": "false"})
     snap = await cluster.converged()
     assert (await create_topic(cluster, "b", partitions=3, replication_factor=3)).error_code == 0
     await eventually(lambda: brokers_agree_with_controller(cluster, "b", [1, 2, 3]), 30, what="b online")
