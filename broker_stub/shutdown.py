@@ -18,9 +18,10 @@ import grpc
 
 from broker_stub.state import BrokerState
 from controller_svc import grpc_common
-from controller_svc.admin_client import AdminError, find_active_controller
-from controller_svc.errors import ErrorCode
+from controller_svc.admin_client import AdminError, read_active_endpoint
+from controller_svc.errors import ControllerError, ErrorCode
 from controller_svc.state_change_log import StateChangeLog
+from controller_svc.zk.client import ZkClient
 from kcontroller.v1 import controller_pb2, controller_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -33,16 +34,17 @@ class ShutdownSettings:
     timeout_s: float
 
 
-async def _controller_address(zookeeper: str, state: BrokerState, timeout_s: float) -> str | None:
+async def _controller_address(zk: ZkClient, state: BrokerState, timeout_s: float) -> str | None:
+    """The active controller, read through this broker's own ZooKeeper session."""
     try:
-        return await find_active_controller(zookeeper, timeout_s=timeout_s)
-    except (AdminError, Exception) as e:
+        return await asyncio.wait_for(read_active_endpoint(zk), timeout_s)
+    except (AdminError, ControllerError, TimeoutError) as e:
         log.warning("could not find the controller through ZooKeeper (%s); using %r", e, state.controller_endpoint)
         return state.controller_endpoint or None
 
 
 async def controlled_shutdown(
-    zookeeper: str, state: BrokerState, settings: ShutdownSettings, state_log: StateChangeLog
+    zk: ZkClient, state: BrokerState, settings: ShutdownSettings, state_log: StateChangeLog
 ) -> bool:
     """True once the controller says this broker leads nothing."""
     deadline = time.monotonic() + settings.timeout_s
@@ -52,7 +54,7 @@ async def controlled_shutdown(
         attempts += 1
         remaining_time = max(0.5, deadline - time.monotonic())
         if address is None:
-            address = await _controller_address(zookeeper, state, min(5.0, remaining_time))
+            address = await _controller_address(zk, state, min(5.0, remaining_time))
         if address is None:
             log.warning("controlled shutdown attempt %d: no controller known", attempts)
         else:

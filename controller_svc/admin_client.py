@@ -38,7 +38,7 @@ async def find_active_controller(zookeeper: str, timeout_s: float = 30.0) -> str
     try:
         while True:
             try:
-                return await _read_active_endpoint(zk)
+                return await read_active_endpoint(zk)
             except AdminError:
                 if asyncio.get_running_loop().time() >= deadline:
                     raise
@@ -47,7 +47,7 @@ async def find_active_controller(zookeeper: str, timeout_s: float = 30.0) -> str
         await zk.close()
 
 
-async def _read_active_endpoint(zk: ZkClient) -> str:
+async def read_active_endpoint(zk: ZkClient) -> str:
     got = await zk.get_or_none(paths.CONTROLLER)
     if got is None:
         raise AdminError("no active controller: /controller does not exist", ErrorCode.NOT_CONTROLLER)

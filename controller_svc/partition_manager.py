@@ -128,9 +128,12 @@ class PartitionManager:
             and not self.ctx.is_topic_queued_for_deletion(tp.topic)
             and self.psm.state(tp) is not PartitionState.NEW
         ]
-        async with self.operation() as batch:
+        # New leaders first, in their own batch, so brokers serve again before the (longer) ISR
+        # clean-up of the offline followers is written; Kafka sends after each step too.
+        async with self.operation():
             await self.psm.handle_state_changes(with_offline_leader, PartitionState.OFFLINE)
             await self.psm.trigger_online_partition_state_change()
+        async with self.operation() as batch:
             await self.rsm.handle_state_changes(
                 [r for r in offline if not self.ctx.is_topic_queued_for_deletion(r.tp.topic)], ReplicaState.OFFLINE
             )
