@@ -67,7 +67,8 @@ async def cluster_factory(
             await asyncio.to_thread(devcluster.down, str(cluster.dir), 5.0)
         except devcluster.ClusterError:
             pass
-        if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:  # keep the cluster's logs of a failed test
             keep = pathlib.Path("test-logs") / request.node.name
             shutil.copytree(cluster.logs, keep, dirs_exist_ok=True)
 
