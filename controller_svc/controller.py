@@ -305,9 +305,6 @@ class Controller:
                 await self.partitions.on_leader_and_isr_response(
                     event.broker_id, [(TopicPartition(t, p), code) for t, p, code in event.partition_errors]
                 )
-            case ev.ControlRequestCompleted():
-                if event.error_code:
-                    log.warning("broker %d answered %s with error %d", event.broker_id, event.api, event.error_code)
             case _:
                 log.error("unknown event %r", event)
                 event.preempt()
@@ -606,13 +603,6 @@ class Controller:
             assert self.deletion is not None
             topics = {tp.topic for tp in self.context.partitions_on_brokers(diff.new | diff.bounced)}
             await self._in_operation(self.deletion.resume_for(topics))
-
-    def _on_response(self, broker_id: int, api: str, response: Any) -> None:
-        self.events.put(
-            ev.ControlRequestCompleted(
-                broker_id=broker_id, api=str(api), error_code=int(response.error_code), response=response
-            )
-        )
 
     def _on_stop_replica_response(self, broker_id: int, api: str, response: Any) -> None:
         self.events.put(

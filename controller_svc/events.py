@@ -242,17 +242,6 @@ class ControlledShutdown(ReplyEvent):
     state: ControllerState = _event(ControllerState.CONTROLLED_SHUTDOWN)
 
 
-@dataclass(frozen=True, slots=True)
-class ControlRequestCompleted(Event):
-    """A broker answered a control request (Kafka's *ResponseReceived events)."""
-
-    broker_id: int = -1
-    api: str = ""
-    error_code: int = 0
-    response: Any = field(default=None, compare=False, repr=False)
-    state: ControllerState = _event(ControllerState.UPDATE_METADATA_RESPONSE_RECEIVED)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribeCluster(ReplyEvent):
     include_partitions: bool = False

@@ -55,41 +55,6 @@ def live_broker_message(info: BrokerInfo) -> common_pb2.LiveBroker:
     )
 
 
-def metadata_partition_state(ctx: ControllerContext, tp: TopicPartition) -> common_pb2.PartitionState:
-    """UpdateMetadataPartitionState of one partition; a partition with no state znode yet is
-    announced without a leader, a topic being deleted with leader -2."""
-    state = ctx.partition_states.get(tp)
-    replicas = ctx.replicas(tp)
-    leader = state.leader if state else NO_LEADER
-    if ctx.is_topic_queued_for_deletion(tp.topic):
-        leader = LEADER_DURING_DELETE
-    return common_pb2.PartitionState(
-        topic=tp.topic,
-        partition=tp.partition,
-        controller_epoch=state.controller_epoch if state else ctx.epoch,
-        leader=leader,
-        leader_epoch=state.leader_epoch if state else -1,
-        isr=list(state.isr) if state else [],
-        zk_version=state.zk_version if state else -1,
-        replicas=list(replicas),
-        offline_replicas=list(ctx.offline_replicas(tp)),
-    )
-
-
-def build_update_metadata(
-    controller_id: int, ctx: ControllerContext, broker_id: int, partitions: Iterable[TopicPartition]
-) -> broker_pb2.UpdateMetadataRequest:
-    """An UpdateMetadata for one broker, carrying that broker's epoch (KIP-380) and every live
-    or shutting-down broker."""
-    return broker_pb2.UpdateMetadataRequest(
-        controller_id=controller_id,
-        controller_epoch=ctx.epoch,
-        broker_epoch=ctx.broker_epoch(broker_id),
-        partition_states=[metadata_partition_state(ctx, tp) for tp in sorted(partitions)],
-        live_brokers=[live_broker_message(ctx.live_brokers[b]) for b in sorted(ctx.live_brokers)],
-    )
-
-
 @dataclass(slots=True)
 class PreSerialized:
     """A request whose large shared part is serialized once for every broker.
@@ -119,8 +84,9 @@ class PreSerialized:
 
 
 def metadata_partition_states(ctx: ControllerContext, partitions: Iterable[TopicPartition]) -> list[Any]:
-    """metadata_partition_state for many partitions, with the lookups hoisted (failover sends
-    every partition to every broker)."""
+    """UpdateMetadataPartitionState of each partition, with the lookups hoisted (failover sends
+    every partition to every broker). A partition with no state znode yet is announced without
+    a leader, a topic being deleted with leader -2."""
     live = ctx.live_or_shutting_down_broker_ids
     offline_dirs = {b: tps for b, tps in ctx.replicas_on_offline_dirs.items() if tps}
     deleting = ctx.topics_to_be_deleted
