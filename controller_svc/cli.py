@@ -90,9 +90,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--session-timeout-ms", type=int, default=6000)
 
     from controller_svc import cli_admin, cli_topics
+    from controller_svc.analytics import cli as cli_analyze
 
     topics_sub = cli_topics.register(sub)
     cli_admin.register(sub, topics_sub)
+    cli_analyze.register(sub)
 
     health = sub.add_parser("health", help="gRPC health check of a controller or broker (exit 0 when SERVING)")
     health.add_argument(
@@ -107,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cli_topics.run(args)
     if args.command in ("reassign", "elect-leaders"):
         return cli_admin.run(args)
+    if args.command == "analyze":
+        return cli_analyze.run(args)
     if args.command == "health":
         return check_health(args.address, args.timeout_s)
     if args.command == "controller":

@@ -110,6 +110,9 @@ class Controller:
         self.active_controller_id = -1
         self.is_active = False
         self.election_blocked: str | None = None
+        # When this process first saw /controller missing (ms): the cluster's loss of its controller,
+        # recorded with our election for the failover timelines of the analytics.
+        self.vacancy_seen_ms: int | None = None
         self._retry_task: asyncio.Task[None] | None = None
         self._endpoint_task: asyncio.Task[None] | None = None
         self._watched_brokers: set[int] = set()
@@ -136,6 +139,8 @@ class Controller:
         self.events.put(ev.RegisterBrokerAndReelect())
 
     def _on_controller_znode(self, kind: WatchKind, _path: str) -> None:
+        if kind == WatchKind.DELETED and self.vacancy_seen_ms is None:
+            self.vacancy_seen_ms = int(time.time() * 1000)
         self.events.put(ev.Reelect() if kind == WatchKind.DELETED else ev.ControllerChange())
 
     def _on_epoch_znode(self, kind: WatchKind, _path: str) -> None:
@@ -315,6 +320,8 @@ class Controller:
         active = await self.store.read_active_controller(watch=True)
         if active is None:
             self.active_controller_id = -1
+            if self.vacancy_seen_ms is None:
+                self.vacancy_seen_ms = int(time.time() * 1000)
             return -1
         if active.controller_id == self.id and active.ephemeral_owner == self.zk.session_id and not self.is_active:
             # /controller names us from before a resignation of this same session (for
@@ -324,6 +331,7 @@ class Controller:
             self.active_controller_id = -1
             return -1
         self.active_controller_id = active.controller_id
+        self.vacancy_seen_ms = None
         return active.controller_id
 
     async def _elect(self) -> None:
@@ -424,7 +432,13 @@ class Controller:
         metrics.ACTIVE_CONTROLLER_COUNT.set(1)
         metrics.CONTROLLER_EPOCH.set(self.context.epoch)
         metrics.ELECTIONS_WON.inc()
-        self.state_log.record("controller.elected", controller_id=self.id, controller_epoch=self.context.epoch)
+        self.state_log.record(
+            "controller.elected",
+            controller_id=self.id,
+            controller_epoch=self.context.epoch,
+            vacancy_ts=self.vacancy_seen_ms,
+        )
+        self.vacancy_seen_ms = None
         if self.on_role_change is not None:
             self.on_role_change(True)
         self.zk.watch_children(paths.BROKER_IDS, self._on_broker_ids)

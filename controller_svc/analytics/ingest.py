@@ -1,0 +1,251 @@
+"""Reading state-change logs into one typed table of records, with each line's file and number.
+
+One pass parses every line; malformed lines stay in the table with a reason (status `bad`)
+and never stop the job. The table is written to OUTDIR/events partitioned by status and kind,
+and every analysis reads back only its kinds and columns, so the JSON is parsed once.
+
+A record is identified by (file, block, mid): the byte offset of the file split it was read
+from and an id that increases along the lines of that split. Line numbers are only computed for
+the few rows an operator reads (malformed lines, violations' evidence), from a per-split table.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from controller_svc.analytics import schema
+
+STATE_CHANGE_GLOB = "*.state-change.jsonl*"  # also .jsonl.gz: Spark decompresses by extension
+CORRUPT = "_corrupt_record"
+MAX_BAD_VALUE_CHARS = 2000
+
+_SPARK_TYPES: dict[str, T.DataType] = {
+    schema.LONG: T.LongType(),
+    schema.DOUBLE: T.DoubleType(),
+    schema.STRING: T.StringType(),
+    schema.BOOLEAN: T.BooleanType(),
+    schema.LONG_ARRAY: T.ArrayType(T.LongType()),
+}
+
+
+class InputError(ValueError):
+    """Bad input for the whole job (exit 2): a missing path, no records at all."""
+
+
+@dataclass(frozen=True)
+class ClusterBy:
+    """How records are grouped into clusters: one history (`none`) or one per log directory (`dir`)."""
+
+    mode: str
+
+    def column(self, file: Column) -> Column:
+        if self.mode == "dir":
+            return F.regexp_extract(file, r"^(.*)/[^/]+$", 1)
+        return F.lit("default")
+
+
+def record_schema() -> T.StructType:
+    fields = [T.StructField(name, _SPARK_TYPES[kind]) for name, kind in schema.FIELDS]
+    return T.StructType([*fields, T.StructField(CORRUPT, T.StringType())])
+
+
+def _hadoop_status(spark: SparkSession, path: str) -> str:
+    """'dir', 'file' or 'missing', through Hadoop's FileSystem so s3a:// and hdfs:// work too."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(hadoop_path):
+        return "missing"
+    return "dir" if fs.getFileStatus(hadoop_path).isDirectory() else "file"
+
+
+def read_lines(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
+    """Every line of the inputs: a directory contributes every `*.state-change.jsonl` under it, a
+    file itself. Columns: file, block (the split's byte offset), mid (ordered within a split), value."""
+    if not inputs:
+        raise InputError("no input paths given")
+    directories: list[str] = []
+    files: list[str] = []
+    for path in inputs:
+        status = _hadoop_status(spark, path)
+        if status == "missing":
+            raise InputError(f"{path}: no such file or directory")
+        (directories if status == "dir" else files).append(path)
+    frames: list[DataFrame] = []
+    if directories:
+        reader = spark.read.option("recursiveFileLookup", "true").option("pathGlobFilter", STATE_CHANGE_GLOB)
+        frames.append(reader.text(directories))
+    if files:
+        frames.append(spark.read.text(files))
+    lines = [
+        frame.select(
+            F.col("_metadata.file_path").alias("file"),
+            F.col("_metadata.file_block_start").alias("block"),
+            # Consecutive within one split, in line order: with the split's first id and the lines of
+            # the splits before it in the same file, this gives each line's number without a shuffle.
+            F.monotonically_increasing_id().alias("mid"),
+            F.col("value"),
+        )
+        for frame in frames
+    ]
+    return functools.reduce(DataFrame.unionByName, lines)
+
+
+def splits(spark: SparkSession, out: str) -> DataFrame:
+    """Per split of each input file: its first `mid`, its line count and the lines of the splits
+    before it in the file. Small (one row per 128 MB of log), computed from the events table."""
+    table = spark.read.schema(events_schema()).parquet(f"{out}/events")
+    per_split = table.groupBy("file", "block").agg(F.min("mid").alias("first_mid"), F.count("*").alias("lines"))
+    in_file = Window.partitionBy("file").orderBy("block").rowsBetween(Window.unboundedPreceding, -1)
+    result = per_split.select(
+        "file",
+        "block",
+        "first_mid",
+        "lines",
+        F.coalesce(F.sum("lines").over(in_file), F.lit(0)).alias("lines_before"),
+    )
+    return spark.createDataFrame(result.collect(), result.schema)
+
+
+def with_line(frame: DataFrame, split_table: DataFrame) -> DataFrame:
+    """Adds `line` (1-based within the file) to rows that carry file, block and mid."""
+    joined = frame.join(F.broadcast(split_table.drop("lines")), ["file", "block"], "left")
+    return joined.withColumn("line", F.col("mid") - F.col("first_mid") + F.col("lines_before") + 1).drop(
+        "first_mid", "lines_before"
+    )
+
+
+def _by_kind(per_kind: dict[str, Column], default: Column) -> Column:
+    expr = default
+    for kind, value in reversed(per_kind.items()):
+        expr = F.when(F.col("kind") == kind, value).otherwise(expr)
+    return expr
+
+
+def _incomplete() -> Column:
+    """True when a record of a known kind lacks a required field (or has it mistyped: from_json
+    leaves a mistyped field null). Cheap: evaluated for every line."""
+    checks = {
+        kind: functools.reduce(lambda a, b: a | b, [F.col(f).isNull() for f in fields])
+        for kind, fields in schema.REQUIRED.items()
+    }
+    return _by_kind(checks, F.lit(False))
+
+
+def _missing_fields() -> Column:
+    """Which required fields are missing, comma-separated: only evaluated for malformed lines."""
+    missing = {
+        kind: F.concat_ws(", ", *[F.when(F.col(f).isNull(), F.lit(f)) for f in fields])
+        for kind, fields in schema.REQUIRED.items()
+    }
+    return _by_kind(missing, F.lit(""))
+
+
+def _bad_value() -> Column:
+    """The first field of a known kind whose value is outside contract 5's closed set, or null."""
+    per_kind: dict[str, Column] = {}
+    for kind, allowed in schema.ALLOWED_VALUES.items():
+        expr: Column = F.lit(None).cast("string")
+        for field, values in reversed(allowed.items()):
+            bad = F.col(field).isNotNull() & ~F.col(field).isin(*values)
+            message = F.format_string(f"{kind}: {field} %s is not one of {', '.join(values)}", F.col(field))
+            expr = F.when(bad, message).otherwise(expr)
+        per_kind[kind] = expr
+    return _by_kind(per_kind, F.lit(None).cast("string"))
+
+
+def bad_reason() -> Column:
+    """Why a parsed line is malformed, or null when it is a usable record."""
+    return (
+        F.when(F.col("value") == "", F.lit("empty line"))
+        .when(
+            F.col("ts").isNull() & F.col("node").isNull() & F.col("kind").isNull(),
+            F.lit("not a JSON object with ts, node and kind"),
+        )
+        .when(F.col("ts").isNull(), F.lit("ts missing or not an integer"))
+        .when(F.col("ts") <= 0, F.lit("ts is not a positive number of milliseconds"))
+        .when(F.col("node").isNull(), F.lit("node missing"))
+        .when(F.col("kind").isNull(), F.lit("kind missing"))
+        .when(_incomplete(), F.concat(F.col("kind"), F.lit(" without (or with a mistyped) "), _missing_fields()))
+        .otherwise(_bad_value())
+    )
+
+
+def parse(lines: DataFrame) -> DataFrame:
+    """Typed columns of schema.FIELDS, plus file, block, mid, reason_malformed and status; the
+    raw text is kept for malformed lines only. Columns derived from these (cluster, node_role,
+    node_id) are computed when the table is read, which is cheaper than storing them."""
+    parsed = F.from_json(F.col("value"), record_schema(), {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+    typed = lines.select(
+        "file",
+        "block",
+        "mid",
+        "value",
+        *[parsed.getField(name).alias(name) for name, _ in schema.FIELDS],
+    )
+    return (
+        typed.select("*", bad_reason().alias("reason_malformed"))
+        .withColumn("status", F.when(F.col("reason_malformed").isNull(), F.lit("ok")).otherwise(F.lit("bad")))
+        .withColumn("value", F.when(F.col("status") == "bad", F.substring("value", 1, MAX_BAD_VALUE_CHARS)))
+        # A malformed line may have no usable kind: file it under one the analyses never read.
+        .withColumn("kind", F.when(F.col("status") == "ok", F.col("kind")).otherwise(F.lit("_malformed")))
+    )
+
+
+def events_schema() -> T.StructType:
+    fields = [T.StructField(name, _SPARK_TYPES[kind]) for name, kind in schema.FIELDS]
+    extra = [
+        T.StructField("file", T.StringType()),
+        T.StructField("block", T.LongType()),
+        T.StructField("mid", T.LongType()),
+        T.StructField("value", T.StringType()),
+        T.StructField("reason_malformed", T.StringType()),
+        T.StructField("status", T.StringType()),
+    ]
+    return T.StructType(fields + extra)
+
+
+def ingest(spark: SparkSession, inputs: Sequence[str], out: str) -> None:
+    """Parse every line once into OUTDIR/events, partitioned by status and kind so that each
+    analysis reads only the kinds it needs."""
+    parse(read_lines(spark, inputs)).write.mode("overwrite").partitionBy("status", "kind").parquet(f"{out}/events")
+
+
+def _node_role() -> Column:
+    """controller or broker for contract 5's node names (controller-N, broker-N), else empty."""
+    role = F.substring_index(F.col("node"), "-", 1)
+    return F.when(role.isin("controller", "broker") & _node_id().isNotNull(), role).otherwise(F.lit(""))
+
+
+def _node_id() -> Column:
+    return F.substring_index(F.col("node"), "-", -1).try_cast("long")
+
+
+def events(spark: SparkSession, out: str, cluster_by: ClusterBy) -> DataFrame:
+    """The usable records, as written by `ingest`, with cluster, node_role and node_id."""
+    table = spark.read.schema(events_schema()).parquet(f"{out}/events")
+    return (
+        table.filter(F.col("status") == "ok")
+        .drop("status", "reason_malformed", "value")
+        .withColumn("cluster", cluster_by.column(F.col("file")))
+        .withColumn("node_role", _node_role())
+        .withColumn("node_id", _node_id())
+    )
+
+
+def bad_records(spark: SparkSession, out: str, split_table: DataFrame, cluster_by: ClusterBy) -> DataFrame:
+    table = spark.read.schema(events_schema()).parquet(f"{out}/events").filter(F.col("status") == "bad")
+    return with_line(table.withColumn("cluster", cluster_by.column(F.col("file"))), split_table).select(
+        "cluster",
+        "file",
+        "line",
+        F.col("reason_malformed").alias("reason"),
+        "value",
+    )

@@ -1,0 +1,364 @@
+"""`controller-svc analyze`: parse the logs once, write every table, then summarise.
+
+Tables (Parquet under OUTDIR): events, bad_records, controller_tenures, failover_incidents,
+leadership, offline_intervals, request_latency, violations. Only aggregates and bounded samples
+(at most a few thousand rows) are collected to the driver, for summary.json and report.html.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, Row, SparkSession, Window
+from pyspark.sql import functions as F
+
+from controller_svc.analytics import ingest, invariants, report, schema, timelines
+from controller_svc.analytics.ingest import ClusterBy, InputError
+
+log = logging.getLogger("analytics")
+
+TABLES = (
+    "events",
+    "bad_records",
+    "controller_tenures",
+    "failover_incidents",
+    "leadership",
+    "offline_intervals",
+    "request_latency",
+    "violations",
+)
+PLOT_BUCKETS = 400
+SINGLE_CLUSTER = ClusterBy("none")
+SAMPLE_VIOLATIONS = 50
+SAMPLE_INTERVALS = 20
+MAX_FAILOVERS_IN_REPORT = 500
+
+
+@dataclass(frozen=True)
+class Outcome:
+    summary: dict[str, Any]
+    exit_code: int
+    summary_path: str
+    report_path: str
+
+
+def _write(frame: DataFrame, out: str, name: str) -> DataFrame:
+    path = f"{out}/{name}"
+    started = time.monotonic()
+    frame.write.mode("overwrite").parquet(path)
+    log.info("table %s written in %.1f s", name, time.monotonic() - started)
+    return frame.sparkSession.read.parquet(path)
+
+
+def _delete(spark: SparkSession, path: str) -> None:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    target = jvm.org.apache.hadoop.fs.Path(path)
+    target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(target, True)
+
+
+def write_text(spark: SparkSession, path: str, text: str) -> None:
+    """A small file next to the tables: plain Python for local paths, Hadoop's FileSystem for the rest."""
+    parsed = urlparse(path)
+    if parsed.scheme in ("", "file"):
+        local = parsed.path if parsed.scheme == "file" else path
+        with open(local, "w", encoding="utf-8") as f:
+            f.write(text)
+        return
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    target = jvm.org.apache.hadoop.fs.Path(path)
+    fs = target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    stream = fs.create(target, True)
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()
+
+
+def _rows(frame: DataFrame, limit: int | None = None) -> list[dict[str, Any]]:
+    rows = frame.limit(limit).collect() if limit is not None else frame.collect()
+    return [row.asDict(recursive=True) for row in rows]
+
+
+def _num(value: Any) -> Any:
+    return None if value is None else (int(value) if float(value).is_integer() else round(float(value), 3))
+
+
+def analyze(
+    spark: SparkSession,
+    inputs: Sequence[str],
+    out: str,
+    cluster_by: ClusterBy = SINGLE_CLUSTER,
+) -> Outcome:
+    """Runs every job of contract 6. Raises InputError for bad input as a whole (exit 2)."""
+    started = time.monotonic()
+    out = out.rstrip("/")
+    ingest.ingest(spark, inputs, out)
+    split_table = ingest.splits(spark, out)
+    lines = sum(int(row["lines"]) for row in split_table.collect())
+    log.info("%d lines parsed in %.1f s", lines, time.monotonic() - started)
+    if lines == 0:
+        raise InputError(f"no state-change records in {', '.join(inputs)} (looked for {ingest.STATE_CHANGE_GLOB})")
+    bad = _write(ingest.bad_records(spark, out, split_table, cluster_by), out, "bad_records")
+    events = ingest.events(spark, out, cluster_by)
+
+    per_cluster_events = {
+        row["cluster"]: row
+        for row in events.groupBy("cluster")
+        .agg(
+            F.count("*").alias("events"),
+            F.min("ts").alias("first_ts"),
+            F.max("ts").alias("last_ts"),
+            F.sort_array(F.collect_set("node")).alias("nodes"),
+        )
+        .collect()
+    }
+    malformed_by_cluster = {row["cluster"]: int(row["count"]) for row in bad.groupBy("cluster").count().collect()}
+    malformed = sum(malformed_by_cluster.values())
+    if not per_cluster_events:
+        raise InputError(
+            f"none of the {lines} lines in {', '.join(inputs)} is a usable state-change record (see {out}/bad_records)"
+        )
+
+    tenures = _write(timelines.controller_tenures(events).drop("start_pos"), out, "controller_tenures")
+    incidents = _write(
+        timelines.failover_incidents(events, tenures.withColumn("start_pos", F.struct("start_ts"))),
+        out,
+        "failover_incidents",
+    )
+    leaders = timelines.leadership(events).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        _write(leaders.drop("from_pos", "until_pos", "block", "mid"), out, "leadership")
+        offline = _write(timelines.offline_intervals(events, leaders), out, "offline_intervals")
+    finally:
+        leaders.unpersist()
+    latency = _write(timelines.request_latency(events), out, "request_latency")
+    found = _write(invariants.all_violations(events), out, "_violations_unresolved")
+    violations = _write(
+        resolve_evidence(found, events, split_table) if not found.isEmpty() else _no_violations(spark),
+        out,
+        "violations",
+    )
+    _delete(spark, f"{out}/_violations_unresolved")
+
+    counts: dict[str, dict[str, int]] = {}
+    for row in violations.groupBy("cluster", "invariant").count().collect():
+        counts.setdefault(row["cluster"], {})[row["invariant"]] = int(row["count"])
+    availability = _availability(offline, incidents)
+    clusters: dict[str, Any] = {}
+    for name, row in sorted(per_cluster_events.items()):
+        clusters[name] = {
+            "events": int(row["events"]),
+            "malformed": malformed_by_cluster.get(name, 0),
+            "first_ts": int(row["first_ts"]),
+            "last_ts": int(row["last_ts"]),
+            "nodes": list(row["nodes"]),
+            "violations": {inv: counts.get(name, {}).get(inv, 0) for inv in schema.INVARIANTS},
+            "availability": availability.get(name, _availability_defaults()),
+        }
+    total_violations = {inv: sum(c["violations"][inv] for c in clusters.values()) for inv in schema.INVARIANTS}
+    summary: dict[str, Any] = {
+        "events": sum(c["events"] for c in clusters.values()),
+        "malformed": malformed,
+        "lines": lines,
+        "inputs": list(inputs),
+        "violations": total_violations,
+        "availability": _combine_availability([c["availability"] for c in clusters.values()]),
+        "controllers": {
+            "elections": tenures.count(),
+        },
+        "clusters": clusters,
+        "tables": {name: f"{out}/{name}" for name in TABLES},
+        "report": f"{out}/report.html",
+        "elapsed_s": None,
+    }
+    data = report.ReportData(
+        summary=summary,
+        offline_series=_offline_series(spark, offline, per_cluster_events),
+        failovers=_rows(
+            incidents.orderBy("cluster", "elected_ts").drop("brokers_not_applied"), MAX_FAILOVERS_IN_REPORT
+        ),
+        tenures=_rows(tenures.orderBy("cluster", "start_ts"), MAX_FAILOVERS_IN_REPORT),
+        latency=_rows(latency.orderBy("cluster", "broker", "api"), 5000),
+        latency_histogram=_rows(timelines.latency_histogram(events)),
+        violations=_violation_samples(violations),
+        longest_offline=_rows(offline.orderBy(F.desc_nulls_first("duration_ms"), "start_ts"), SAMPLE_INTERVALS),
+        bad_records=_rows(bad.orderBy("file", "line"), SAMPLE_VIOLATIONS),
+    )
+    summary["elapsed_s"] = round(time.monotonic() - started, 3)
+    summary_path = f"{out}/summary.json"
+    report_path = f"{out}/report.html"
+    write_text(spark, summary_path, json.dumps(summary, indent=2, sort_keys=False) + "\n")
+    write_text(spark, report_path, report.render(data))
+    exit_code = 1 if any(total_violations.values()) else 0
+    return Outcome(summary, exit_code, summary_path, report_path)
+
+
+def _no_violations(spark: SparkSession) -> DataFrame:
+    return spark.createDataFrame(
+        [],
+        "cluster string, invariant string, subject string, detail string, ts long, "
+        "records array<struct<file: string, line: long, record: string>>",
+    )
+
+
+def resolve_evidence(violations: DataFrame, events: DataFrame, split_table: DataFrame) -> DataFrame:
+    """Replaces each violation's record references with file, line and the record as JSON.
+    Only the referenced records are looked up (a broadcast semi-join on the events table)."""
+    keys = ["cluster", "invariant", "subject", "detail", "ts", "records"]
+    exploded = violations.select(*keys, F.posexplode("records").alias("i", "ref")).select(
+        *keys, "i", F.col("ref.file").alias("file"), F.col("ref.block").alias("block"), F.col("ref.mid").alias("mid")
+    )
+    wanted = exploded.select("file", "block", "mid").distinct()
+    fields = [F.col(name) for name, _ in schema.FIELDS]
+    found = events.join(F.broadcast(wanted), ["file", "block", "mid"]).select(
+        "file", "block", "mid", F.to_json(F.struct(*fields)).alias("record")
+    )
+    lined = ingest.with_line(found, split_table)
+    resolved = (
+        exploded.join(lined, ["file", "block", "mid"], "left")
+        .groupBy(*keys)
+        .agg(
+            F.sort_array(F.collect_list(F.struct("i", F.struct("file", "line", "record").alias("evidence")))).alias("e")
+        )
+    )
+    return resolved.select(*keys[:-1], F.transform("e", lambda x: x["evidence"]).alias("records"))
+
+
+def _availability_defaults() -> dict[str, Any]:
+    return {
+        "offline_intervals": 0,
+        "partitions_affected": 0,
+        "offline_partition_ms": 0,
+        "longest_offline_ms": None,
+        "p50_offline_ms": None,
+        "p99_offline_ms": None,
+        "still_offline": 0,
+        "failovers": 0,
+        "longest_failover_ms": None,
+        "p50_failover_ms": None,
+        "controller_gap_ms": 0,
+    }
+
+
+def _availability(offline: DataFrame, incidents: DataFrame) -> dict[str, dict[str, Any]]:
+    result: dict[str, dict[str, Any]] = {}
+    offline_rows = offline.groupBy("cluster").agg(
+        F.count("*").alias("intervals"),
+        F.countDistinct("topic", "partition").alias("partitions"),
+        F.sum("duration_ms").alias("total"),
+        F.max("duration_ms").alias("longest"),
+        F.percentile_approx("duration_ms", 0.5).alias("p50"),
+        F.percentile_approx("duration_ms", 0.99).alias("p99"),
+        F.sum(F.when(F.col("end_ts").isNull(), 1).otherwise(0)).alias("open"),
+    )
+    for row in offline_rows.collect():
+        entry = result.setdefault(row["cluster"], _availability_defaults())
+        entry.update(
+            offline_intervals=int(row["intervals"]),
+            partitions_affected=int(row["partitions"]),
+            offline_partition_ms=_num(row["total"]) or 0,
+            longest_offline_ms=_num(row["longest"]),
+            p50_offline_ms=_num(row["p50"]),
+            p99_offline_ms=_num(row["p99"]),
+            still_offline=int(row["open"]),
+        )
+    failover_rows = incidents.groupBy("cluster").agg(
+        F.count("*").alias("failovers"),
+        F.max("total_ms").alias("longest"),
+        F.percentile_approx("total_ms", 0.5).alias("p50"),
+        F.sum(F.greatest(F.col("election_ms"), F.lit(0))).alias("gap"),
+    )
+    for row in failover_rows.collect():
+        entry = result.setdefault(row["cluster"], _availability_defaults())
+        entry.update(
+            failovers=int(row["failovers"]),
+            longest_failover_ms=_num(row["longest"]),
+            p50_failover_ms=_num(row["p50"]),
+            controller_gap_ms=_num(row["gap"]) or 0,
+        )
+    return result
+
+
+def _combine_availability(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Totals over clusters; percentiles are per cluster, so the total keeps the worst."""
+    total = _availability_defaults()
+    for entry in entries:
+        for key in ("offline_intervals", "partitions_affected", "offline_partition_ms", "still_offline", "failovers"):
+            total[key] += entry[key]
+        total["controller_gap_ms"] += entry["controller_gap_ms"]
+        for key in ("longest_offline_ms", "p50_offline_ms", "p99_offline_ms", "longest_failover_ms", "p50_failover_ms"):
+            if entry[key] is not None:
+                total[key] = entry[key] if total[key] is None else max(total[key], entry[key])
+    return total
+
+
+def _offline_series(
+    spark: SparkSession, offline: DataFrame, per_cluster: dict[str, Row]
+) -> dict[str, list[dict[str, Any]]]:
+    """Offline partitions over time, per cluster, in at most PLOT_BUCKETS buckets: the peak and
+    the value at each bucket's end. Each bucket sums its changes and finds its highest running
+    level in time order; the driver then chains the (few) buckets."""
+    changes = offline.select("cluster", F.col("start_ts").alias("ts"), F.lit(1).alias("delta")).unionByName(
+        offline.filter(F.col("end_ts").isNotNull()).select(
+            "cluster", F.col("end_ts").alias("ts"), F.lit(-1).alias("delta")
+        )
+    )
+    bounds = spark.createDataFrame(
+        [
+            (name, int(row["first_ts"]), max(1, (int(row["last_ts"]) - int(row["first_ts"])) // PLOT_BUCKETS + 1))
+            for name, row in per_cluster.items()
+        ],
+        "cluster string, t0 long, width long",
+    )
+    per_bucket = (
+        changes.join(F.broadcast(bounds), "cluster")
+        .withColumn("bucket", F.floor((F.col("ts") - F.col("t0")) / F.col("width")))
+        .groupBy("cluster", "bucket", "t0", "width", "ts")
+        .agg(F.sum("delta").cast("long").alias("delta"))
+        .groupBy("cluster", "bucket", "t0", "width")
+        .agg(F.array_sort(F.collect_list(F.struct("ts", "delta"))).alias("steps"))
+        .select(
+            "cluster",
+            "bucket",
+            "t0",
+            "width",
+            F.aggregate(
+                "steps",
+                F.struct(F.lit(0).cast("long").alias("level"), F.lit(0).cast("long").alias("peak")),
+                lambda acc, step: F.struct(
+                    (acc["level"] + step["delta"]).alias("level"),
+                    F.greatest(acc["peak"], acc["level"] + step["delta"]).alias("peak"),
+                ),
+            ).alias("run"),
+        )
+    )
+    series: dict[str, list[dict[str, Any]]] = {}
+    level: dict[str, int] = {}
+    for row in per_bucket.orderBy("cluster", "bucket").collect():
+        name = row["cluster"]
+        start = level.get(name, 0)
+        level[name] = start + int(row["run"]["level"])
+        series.setdefault(name, []).append(
+            {
+                "ts": int(row["t0"]) + int(row["bucket"]) * int(row["width"]),
+                "peak": start + max(0, int(row["run"]["peak"])),
+                "last": level[name],
+            }
+        )
+    return series
+
+
+def _violation_samples(violations: DataFrame) -> list[dict[str, Any]]:
+    ranked = violations.withColumn(
+        "rank", F.row_number().over(Window.partitionBy("cluster", "invariant").orderBy("ts", "subject"))
+    ).filter(F.col("rank") <= SAMPLE_VIOLATIONS)
+    return _rows(ranked.drop("rank").orderBy("cluster", "invariant", "ts"))

@@ -1,0 +1,102 @@
+"""What the analytics read: the state-change records of DESIGN.md contract 5.
+
+Pure data, no Spark import, so the report and the CLI can name invariants and kinds without a JVM.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Contract 6: the invariant names are part of summary.json.
+SINGLE_CONTROLLER_PER_EPOCH: Final = "single_controller_per_epoch"
+STALE_CONTROLLER_EPOCH_APPLIED: Final = "stale_controller_epoch_applied"
+LEADER_EPOCH_REGRESSION: Final = "leader_epoch_regression"
+UNCLEAN_ELECTION_WITHOUT_PERMISSION: Final = "unclean_election_without_permission"
+INVARIANTS: Final = (
+    SINGLE_CONTROLLER_PER_EPOCH,
+    STALE_CONTROLLER_EPOCH_APPLIED,
+    LEADER_EPOCH_REGRESSION,
+    UNCLEAN_ELECTION_WITHOUT_PERMISSION,
+)
+
+# Every field any analysis reads, with its JSON type. Records may carry more; those are kept
+# in the raw line only. A known field with the wrong type makes a record of a known kind malformed.
+LONG: Final = "long"
+DOUBLE: Final = "double"
+STRING: Final = "string"
+BOOLEAN: Final = "boolean"
+LONG_ARRAY: Final = "array<long>"
+FIELDS: Final[tuple[tuple[str, str], ...]] = (
+    ("ts", LONG),
+    ("node", STRING),
+    ("kind", STRING),
+    ("controller_epoch", LONG),
+    ("controller_id", LONG),
+    ("broker", LONG),
+    ("broker_id", LONG),
+    ("broker_epoch", LONG),
+    ("api", STRING),
+    ("correlation_id", LONG),
+    ("partitions", LONG),
+    ("queue_ms", DOUBLE),
+    ("rtt_ms", DOUBLE),
+    ("error", LONG),
+    ("result", STRING),
+    ("topic", STRING),
+    ("partition", LONG),
+    ("leader", LONG),
+    ("leader_epoch", LONG),
+    ("isr", LONG_ARRAY),
+    ("prev_isr", LONG_ARRAY),
+    ("strategy", STRING),
+    ("unclean", BOOLEAN),
+    ("role", STRING),
+    ("reason", STRING),
+    ("dead", LONG_ARRAY),
+    ("bounced", LONG_ARRAY),
+    ("load_ms", DOUBLE),
+    ("vacancy_ts", LONG),
+)
+ENVELOPE: Final = ("ts", "node", "kind")
+
+# The kinds the analyses use, with the fields each must carry (beyond ts, node, kind).
+REQUIRED: Final[dict[str, tuple[str, ...]]] = {
+    "controller.elected": ("controller_id", "controller_epoch"),
+    "controller.resigned": ("controller_id", "controller_epoch"),
+    "controller.failover_completed": ("controller_epoch",),
+    "broker.change": ("controller_epoch",),
+    "broker.registered": ("broker_id", "broker_epoch"),
+    "broker.shutdown": ("broker_id", "broker_epoch"),
+    "partition.leader_elected": (
+        "topic",
+        "partition",
+        "leader",
+        "leader_epoch",
+        "isr",
+        "prev_isr",
+        "strategy",
+        "unclean",
+        "controller_epoch",
+    ),
+    "partition.offline": ("topic", "partition", "leader_epoch", "controller_epoch"),
+    "partition.role_changed": ("topic", "partition", "role", "leader", "leader_epoch"),
+    "request.sent": ("broker", "api", "correlation_id", "controller_epoch"),
+    "request.completed": ("broker", "api", "correlation_id", "controller_epoch", "queue_ms", "rtt_ms", "error"),
+    "request.received": ("api", "controller_id", "controller_epoch", "broker_epoch", "result", "error"),
+    "topic.deleted": ("topic",),
+}
+
+# Fields whose values come from a closed set (contract 5).
+ALLOWED_VALUES: Final[dict[str, dict[str, tuple[str, ...]]]] = {
+    "partition.leader_elected": {"strategy": ("offline", "reassign", "preferred", "controlled_shutdown", "new")},
+    "partition.role_changed": {"role": ("leader", "follower", "stopped", "deleted")},
+    "request.received": {
+        "result": ("applied", "rejected"),
+        "api": ("LeaderAndIsr", "UpdateMetadata", "StopReplica"),
+    },
+    "request.sent": {"api": ("LeaderAndIsr", "UpdateMetadata", "StopReplica")},
+    "request.completed": {"api": ("LeaderAndIsr", "UpdateMetadata", "StopReplica")},
+}
+
+# Node names of contract 5: controller-N and broker-N.
+NODE_PATTERN: Final = r"^(controller|broker)-(\d+)$"

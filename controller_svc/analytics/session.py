@@ -1,0 +1,87 @@
+"""Starting Spark for the analytics: `local[*]` by default, any master URL for a real cluster."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+LOG4J_CONFIG = pathlib.Path(__file__).with_name("log4j2.properties")
+
+
+class SparkUnavailableError(RuntimeError):
+    """PySpark or a Java runtime is missing: the analytics cannot run on this machine."""
+
+
+def check_runtime() -> None:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError as e:
+        raise SparkUnavailableError(
+            "PySpark is not installed: `pip install 'kcontroller[analytics]'` (./dev setup does it)"
+        ) from e
+    java_home = os.environ.get("JAVA_HOME")
+    if not (java_home and (pathlib.Path(java_home) / "bin" / "java").exists()) and shutil.which("java") is None:
+        raise SparkUnavailableError(
+            "no Java runtime: Spark 4 needs Java 17 or newer (`apt-get install default-jre-headless`, or set JAVA_HOME)"
+        )
+
+
+def is_local(master: str) -> bool:
+    return master.startswith("local")
+
+
+def local_cores(master: str) -> int:
+    """The cores a local[N] / local[*] master uses."""
+    inside = master[master.find("[") + 1 : master.find("]")] if "[" in master else "1"
+    if inside in ("*", ""):
+        return os.cpu_count() or 1
+    try:
+        return max(1, int(inside.split(",")[0]))
+    except ValueError:
+        return os.cpu_count() or 1
+
+
+def default_driver_memory() -> str:
+    """A quarter of the machine, between 1 and 8 GiB: enough for the shuffles of 10M events."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return "2g"
+    gib = max(1, min(8, total // (4 << 30)))
+    return f"{gib}g"
+
+
+def build(
+    master: str = "local[*]", conf: Mapping[str, str] | None = None, app_name: str = "kcontroller-analyze"
+) -> SparkSession:
+    """A SparkSession for the analytics. Settings that only take effect when the JVM starts
+    (driver memory, log4j) apply to the first session of the process."""
+    check_runtime()
+    from pyspark.sql import SparkSession
+
+    settings: dict[str, str] = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.parquet.compression.codec": "zstd",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}",
+    }
+    if is_local(master):
+        # Spark's default of 200 shuffle partitions is made for clusters; a laptop wants a few per core.
+        settings["spark.sql.shuffle.partitions"] = str(max(4, 2 * local_cores(master)))
+        settings["spark.driver.memory"] = default_driver_memory()
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    settings.update(conf or {})
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

@@ -1,0 +1,412 @@
+"""Timelines of a cluster's history: controller tenures, failover incidents, partition
+leadership, offline intervals and control-request latency. DataFrame in, DataFrame out: only
+the small results the report plots ever reach the driver.
+
+Records of one node are ordered by (ts, file, block, mid): the file's line order breaks ties
+inside a millisecond, which the controller's own records (broker change, then elections) rely on.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+
+def position() -> Column:
+    """Order of records: time, then the order of lines within a file (ingest's block and mid)."""
+    return F.struct("ts", "file", "block", "mid")
+
+
+def ref() -> Column:
+    """A record's identity in the events table, resolved to file:line only for what is reported."""
+    return F.struct("file", "block", "mid")
+
+
+def of_kind(events: DataFrame, kind: str) -> DataFrame:
+    return events.filter(F.col("kind") == kind)
+
+
+# --- controllers ---------------------------------------------------------------------------
+
+
+def controller_tenures(events: DataFrame) -> DataFrame:
+    """One row per election: epoch, controller, start, end and how the tenure ended.
+
+    `ended` is `resigned` (the controller wrote controller.resigned, reason in `resign_reason`),
+    `superseded` (a later epoch was elected with no resignation on record: kill -9, a paused
+    process) or `active` (still in office when the log ends). `last_active_ts` is the last
+    record the controller wrote under its epoch before its successor was elected.
+    """
+    elected = of_kind(events, "controller.elected").select(
+        "cluster",
+        "controller_epoch",
+        "controller_id",
+        "node",
+        F.col("ts").alias("start_ts"),
+        "vacancy_ts",
+        position().alias("start_pos"),
+    )
+    in_cluster = Window.partitionBy("cluster").orderBy("start_pos", "controller_epoch")
+    elected = elected.withColumn("next_start_ts", F.lead("start_ts").over(in_cluster))
+    resigned = (
+        of_kind(events, "controller.resigned")
+        .groupBy("cluster", "node", "controller_epoch")
+        .agg(
+            F.min("ts").alias("resigned_ts"),
+            F.min_by("reason", position()).alias("resign_reason"),
+        )
+    )
+    # The last sign of life in office: the controller's records at its epoch, up to its successor's election.
+    bounds = elected.select("cluster", "node", "controller_epoch", "next_start_ts")
+    activity = (
+        events.filter((F.col("node_role") == "controller") & F.col("controller_epoch").isNotNull())
+        .select("cluster", "node", "controller_epoch", "ts")
+        .join(F.broadcast(bounds), ["cluster", "node", "controller_epoch"])
+        .filter(F.col("next_start_ts").isNull() | (F.col("ts") <= F.col("next_start_ts")))
+        .groupBy("cluster", "node", "controller_epoch")
+        .agg(F.max("ts").alias("last_active_ts"))
+    )
+    tenures = elected.join(resigned, ["cluster", "node", "controller_epoch"], "left").join(
+        activity, ["cluster", "node", "controller_epoch"], "left"
+    )
+    end = F.coalesce(F.col("resigned_ts"), F.col("next_start_ts"))
+    return tenures.select(
+        "cluster",
+        "controller_epoch",
+        "controller_id",
+        "node",
+        "vacancy_ts",
+        "start_ts",
+        end.alias("end_ts"),
+        F.when(F.col("resigned_ts").isNotNull(), F.lit("resigned"))
+        .when(F.col("next_start_ts").isNotNull(), F.lit("superseded"))
+        .otherwise(F.lit("active"))
+        .alias("ended"),
+        "resign_reason",
+        "last_active_ts",
+        (end - F.col("start_ts")).alias("duration_ms"),
+        "start_pos",
+    )
+
+
+def failover_incidents(events: DataFrame, tenures: DataFrame) -> DataFrame:
+    """Controller lost -> new controller elected -> every live broker applied the new epoch's
+    UpdateMetadata, for every election that followed another in the same cluster.
+
+    Lost is the earlier of the old controller's resignation (when it came before the election)
+    and the moment the new controller saw /controller vacant (controller.elected's vacancy_ts);
+    with neither on record, the old controller's last record in office. The live brokers are
+    those the new controller sent UpdateMetadata to before it recorded
+    controller.failover_completed (every broker it sent one to, if that record is missing).
+    """
+    in_cluster = Window.partitionBy("cluster").orderBy("start_pos", "controller_epoch")
+    chained = tenures.select(
+        "cluster",
+        "controller_epoch",
+        "controller_id",
+        "node",
+        "start_ts",
+        F.lag("controller_epoch").over(in_cluster).alias("previous_epoch"),
+        F.lag("controller_id").over(in_cluster).alias("previous_controller"),
+        F.lag("ended").over(in_cluster).alias("previous_ended"),
+        F.lag("resign_reason").over(in_cluster).alias("previous_resign_reason"),
+        F.lag("end_ts").over(in_cluster).alias("previous_end_ts"),
+        F.lag("last_active_ts").over(in_cluster).alias("previous_last_active_ts"),
+        "vacancy_ts",
+    ).filter(F.col("previous_epoch").isNotNull())
+    resigned_before = F.when(
+        (F.col("previous_ended") == "resigned") & (F.col("previous_end_ts") <= F.col("start_ts")),
+        F.col("previous_end_ts"),
+    )
+    known_loss = F.least(resigned_before, F.col("vacancy_ts"))
+    chained = chained.select(
+        "*",
+        F.coalesce(known_loss, F.col("previous_last_active_ts")).alias("lost_ts"),
+        F.when(known_loss.isNull(), F.lit("last_record"))
+        .when(resigned_before.isNotNull() & (resigned_before == known_loss), F.lit("resigned"))
+        .otherwise(F.lit("vacancy_observed"))
+        .alias("lost_evidence"),
+    )
+
+    completed = (
+        of_kind(events, "controller.failover_completed")
+        .groupBy("cluster", "node", "controller_epoch")
+        .agg(F.min("ts").alias("completed_ts"), F.min_by("load_ms", position()).alias("load_ms"))
+    )
+    sent = (
+        of_kind(events, "request.sent")
+        .filter(F.col("api") == "UpdateMetadata")
+        .select("cluster", "node", "controller_epoch", F.col("broker"), "ts")
+        .join(
+            completed.select("cluster", "node", "controller_epoch", "completed_ts"),
+            ["cluster", "node", "controller_epoch"],
+            "left",
+        )
+        .filter(F.col("completed_ts").isNull() | (F.col("ts") <= F.col("completed_ts")))
+        .groupBy("cluster", "node", "controller_epoch", "broker")
+        .agg(F.min("ts").alias("sent_ts"))
+    )
+    applied = (
+        of_kind(events, "request.received")
+        .filter((F.col("api") == "UpdateMetadata") & (F.col("result") == "applied") & (F.col("node_role") == "broker"))
+        .groupBy("cluster", "controller_epoch", F.col("node_id").alias("broker"))
+        .agg(F.min("ts").alias("applied_ts"))
+    )
+    per_broker = (
+        chained.select("cluster", "node", "controller_epoch")
+        .join(sent, ["cluster", "node", "controller_epoch"])
+        .join(applied, ["cluster", "controller_epoch", "broker"], "left")
+        .groupBy("cluster", "node", "controller_epoch")
+        .agg(
+            F.count("*").alias("brokers"),
+            F.count("applied_ts").alias("brokers_applied"),
+            F.max("applied_ts").alias("converged_ts"),
+            F.sort_array(F.collect_list(F.when(F.col("applied_ts").isNull(), F.col("broker")))).alias(
+                "brokers_not_applied"
+            ),
+        )
+    )
+    incidents = chained.join(per_broker, ["cluster", "node", "controller_epoch"], "left").join(
+        completed.select("cluster", "node", "controller_epoch", "load_ms"),
+        ["cluster", "node", "controller_epoch"],
+        "left",
+    )
+    return incidents.select(
+        "cluster",
+        "controller_epoch",
+        "controller_id",
+        "previous_epoch",
+        "previous_controller",
+        "previous_ended",
+        "previous_resign_reason",
+        "previous_last_active_ts",
+        "lost_ts",
+        "lost_evidence",
+        F.col("start_ts").alias("elected_ts"),
+        "converged_ts",
+        (F.col("start_ts") - F.col("lost_ts")).alias("election_ms"),
+        (F.col("converged_ts") - F.col("start_ts")).alias("propagation_ms"),
+        (F.col("converged_ts") - F.col("lost_ts")).alias("total_ms"),
+        "load_ms",
+        F.coalesce(F.col("brokers"), F.lit(0)).alias("brokers"),
+        F.coalesce(F.col("brokers_applied"), F.lit(0)).alias("brokers_applied"),
+        F.coalesce(F.col("brokers_not_applied"), F.array().cast("array<bigint>")).alias("brokers_not_applied"),
+    )
+
+
+# --- partitions ----------------------------------------------------------------------------
+
+
+def leadership(events: DataFrame) -> DataFrame:
+    """Every leader change the controllers recorded, with how long it lasted: elections and
+    the controller's leader -1 (partition.offline)."""
+    elected = of_kind(events, "partition.leader_elected").select(
+        "cluster",
+        "topic",
+        "partition",
+        "ts",
+        "file",
+        "block",
+        "mid",
+        "controller_epoch",
+        "leader",
+        "leader_epoch",
+        "isr",
+        "prev_isr",
+        "strategy",
+        "unclean",
+        F.lit("elected").alias("change"),
+    )
+    offline = of_kind(events, "partition.offline").select(
+        "cluster",
+        "topic",
+        "partition",
+        "ts",
+        "file",
+        "block",
+        "mid",
+        "controller_epoch",
+        F.coalesce(F.col("leader"), F.lit(-1)).alias("leader"),
+        "leader_epoch",
+        "isr",
+        F.lit(None).cast("array<bigint>").alias("prev_isr"),
+        F.lit(None).cast("string").alias("strategy"),
+        F.lit(None).cast("boolean").alias("unclean"),
+        F.lit("offline").alias("change"),
+    )
+    changes = elected.unionByName(offline)
+    # The numeric key first: Spark's sort compares a prefix of the first key, and cluster is often constant.
+    per_partition = Window.partitionBy("partition", "topic", "cluster").orderBy(
+        "ts", "leader_epoch", "file", "block", "mid"
+    )
+    return changes.select(
+        "*",
+        F.lag("leader").over(per_partition).alias("prev_leader"),
+        F.lead("ts").over(per_partition).alias("until_ts"),
+        F.lead(position()).over(per_partition).alias("until_pos"),
+        position().alias("from_pos"),
+    )
+
+
+def offline_intervals(events: DataFrame, leaders: DataFrame) -> DataFrame:
+    """From the moment a partition lost its leader to the moment the new leader's broker applied
+    that role.
+
+    Lost: the controller set leader -1 (partition.offline); the leader's broker deregistered or
+    bounced (the controller's broker.change, matched to who led then); the leader's log dir
+    failed (the broker stopped the replica). Regained: a broker applied the leader role at a
+    leader epoch above every loss so far (partition.role_changed). An interval still open when
+    the topic is deleted ends there; one open at the end of the log has no end.
+    """
+    keys = ["cluster", "topic", "partition"]
+    set_to_none = of_kind(events, "partition.offline").select(
+        *keys,
+        position().alias("pos"),
+        "ts",
+        F.col("leader_epoch").alias("epoch"),
+        F.lit("leader_set_to_none").alias("cause"),
+    )
+    lost_brokers = (
+        of_kind(events, "broker.change")
+        .select(
+            "cluster",
+            position().alias("pos"),
+            "ts",
+            F.explode(
+                F.concat(
+                    F.transform(
+                        F.coalesce(F.col("dead"), F.array().cast("array<bigint>")),
+                        lambda b: F.struct(b.alias("broker"), F.lit("broker_deregistered").alias("cause")),
+                    ),
+                    F.transform(
+                        F.coalesce(F.col("bounced"), F.array().cast("array<bigint>")),
+                        lambda b: F.struct(b.alias("broker"), F.lit("broker_bounced").alias("cause")),
+                    ),
+                )
+            ).alias("lost"),
+        )
+        .select("cluster", "pos", "ts", "lost.broker", "lost.cause")
+    )
+    led = leaders.filter(F.col("leader") >= 0).select(
+        *keys, F.col("leader").alias("broker"), "leader_epoch", "from_pos", "until_pos"
+    )
+    broker_lost = (
+        lost_brokers.join(led, ["cluster", "broker"])
+        .filter(
+            (F.col("from_pos") <= F.col("pos")) & (F.col("until_pos").isNull() | (F.col("pos") < F.col("until_pos")))
+        )
+        .select(*keys, "pos", "ts", F.col("leader_epoch").alias("epoch"), "cause")
+    )
+    role_changes = of_kind(events, "partition.role_changed").filter(F.col("node_role") == "broker")
+    log_dir_failed = role_changes.filter(
+        (F.col("role") == "stopped") & (F.col("reason") == "log_dir_failure") & (F.col("leader") == F.col("node_id"))
+    ).select(
+        *keys,
+        position().alias("pos"),
+        "ts",
+        F.col("leader_epoch").alias("epoch"),
+        F.lit("leader_log_dir_failed").alias("cause"),
+    )
+    starts = (
+        set_to_none.unionByName(broker_lost)
+        .unionByName(log_dir_failed)
+        .select("*", F.lit(True).alias("is_start"), F.lit(None).cast("bigint").alias("new_leader"))
+    )
+    regained = role_changes.filter((F.col("role") == "leader") & (F.col("leader") == F.col("node_id"))).select(
+        *keys,
+        position().alias("pos"),
+        "ts",
+        F.col("leader_epoch").alias("epoch"),
+        F.lit(None).cast("string").alias("cause"),
+        F.lit(False).alias("is_start"),
+        F.col("leader").alias("new_leader"),
+    )
+    timeline = Window.partitionBy("partition", "topic", "cluster").orderBy("pos")
+    so_far = timeline.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    marked = (
+        starts.unionByName(regained)
+        .withColumn("max_lost_epoch", F.max(F.when(F.col("is_start"), F.col("epoch"))).over(so_far))
+        .withColumn(
+            "closes",
+            ~F.col("is_start") & (F.col("max_lost_epoch").isNull() | (F.col("epoch") > F.col("max_lost_epoch"))),
+        )
+        .filter(F.col("is_start") | F.col("closes"))
+    )
+    before = timeline.rowsBetween(Window.unboundedPreceding, -1)
+    segmented = marked.withColumn("segment", F.coalesce(F.sum(F.col("closes").cast("int")).over(before), F.lit(0)))
+    intervals = (
+        segmented.groupBy(*keys, "segment")
+        .agg(
+            F.min(F.when(F.col("is_start"), F.struct("pos", "cause", "epoch"))).alias("first_loss"),
+            F.max(F.when(F.col("closes"), F.struct("ts", "new_leader", "epoch"))).alias("regain"),
+        )
+        .filter(F.col("first_loss").isNotNull())
+        .select(
+            *keys,
+            F.col("first_loss.pos.ts").alias("start_ts"),
+            F.col("first_loss.cause").alias("cause"),
+            F.col("first_loss.epoch").alias("lost_leader_epoch"),
+            F.col("regain.ts").alias("regained_ts"),
+            F.col("regain.new_leader").alias("new_leader"),
+            F.col("regain.epoch").alias("new_leader_epoch"),
+        )
+    )
+    deleted = of_kind(events, "topic.deleted").select("cluster", "topic", F.col("ts").alias("deleted_ts"))
+    closed_by_deletion = (
+        intervals.filter(F.col("regained_ts").isNull())
+        .join(deleted, ["cluster", "topic"])
+        .filter(F.col("deleted_ts") >= F.col("start_ts"))
+        .groupBy(*keys, "start_ts")
+        .agg(F.min("deleted_ts").alias("deleted_ts"))
+    )
+    with_deletion = intervals.join(closed_by_deletion, [*keys, "start_ts"], "left")
+    end = F.coalesce(F.col("regained_ts"), F.col("deleted_ts"))
+    return with_deletion.select(
+        *keys,
+        "start_ts",
+        end.alias("end_ts"),
+        (end - F.col("start_ts")).alias("duration_ms"),
+        "cause",
+        F.when(F.col("regained_ts").isNotNull(), F.lit("leader_applied"))
+        .when(F.col("deleted_ts").isNotNull(), F.lit("topic_deleted"))
+        .alias("end_cause"),
+        "lost_leader_epoch",
+        "new_leader",
+        "new_leader_epoch",
+    )
+
+
+# --- requests ------------------------------------------------------------------------------
+
+
+def request_latency(events: DataFrame) -> DataFrame:
+    """Per broker and API: how long control requests waited in the controller's queue for that
+    broker and how long the broker took to answer (ms)."""
+    completed = of_kind(events, "request.completed")
+    return completed.groupBy("cluster", "broker", "api").agg(
+        F.count("*").alias("requests"),
+        F.sum(F.when(F.col("error") != 0, 1).otherwise(0)).alias("errors"),
+        F.sum(F.coalesce(F.col("partitions"), F.lit(0))).alias("partitions"),
+        F.percentile_approx("queue_ms", 0.5).alias("queue_p50_ms"),
+        F.percentile_approx("queue_ms", 0.99).alias("queue_p99_ms"),
+        F.max("queue_ms").alias("queue_max_ms"),
+        F.percentile_approx("rtt_ms", 0.5).alias("rtt_p50_ms"),
+        F.percentile_approx("rtt_ms", 0.99).alias("rtt_p99_ms"),
+        F.max("rtt_ms").alias("rtt_max_ms"),
+    )
+
+
+def latency_histogram(events: DataFrame) -> DataFrame:
+    """Counts of requests per API in power-of-two millisecond buckets, for the report's plots."""
+    completed = of_kind(events, "request.completed")
+    rows = completed.select(
+        "api",
+        F.posexplode(F.array(F.col("queue_ms"), F.col("rtt_ms"))).alias("which", "ms"),
+    ).select(
+        "api",
+        F.when(F.col("which") == 0, F.lit("queue")).otherwise(F.lit("rtt")).alias("measure"),
+        F.greatest(F.lit(-4), F.least(F.lit(16), F.ceil(F.log2(F.greatest(F.col("ms"), F.lit(1e-9))))))
+        .cast("int")
+        .alias("bucket"),
+    )
+    return rows.groupBy("api", "measure", "bucket").count()

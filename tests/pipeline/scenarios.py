@@ -1,0 +1,287 @@
+"""Hand-written cluster histories with answers worked out by hand, to the millisecond."""
+
+from __future__ import annotations
+
+import pathlib
+
+from controller_svc.analytics.synthetic import HistoryWriter
+
+C1, C2 = "controller-1", "controller-2"
+
+
+def _request(
+    out: HistoryWriter,
+    controller: str,
+    epoch: int,
+    broker: int,
+    api: str,
+    correlation: int,
+    sent: int,
+    applied: int,
+    rtt_ms: float,
+    queue_ms: float = 0.5,
+    partitions: int = 1,
+    controller_id: int | None = None,
+) -> None:
+    cid = controller_id if controller_id is not None else int(controller.split("-")[1])
+    out.record(
+        sent,
+        controller,
+        "request.sent",
+        broker=broker,
+        api=api,
+        correlation_id=correlation,
+        partitions=partitions,
+        controller_epoch=epoch,
+    )
+    out.record(
+        applied,
+        f"broker-{broker}",
+        "request.received",
+        api=api,
+        controller_id=cid,
+        controller_epoch=epoch,
+        broker_epoch=100 + broker,
+        correlation_id=correlation,
+        result="applied",
+        error=0,
+    )
+    out.record(
+        applied + 1,
+        controller,
+        "request.completed",
+        broker=broker,
+        api=api,
+        correlation_id=correlation,
+        partitions=partitions,
+        controller_epoch=epoch,
+        queue_ms=queue_ms,
+        rtt_ms=rtt_ms,
+        error=0,
+    )
+
+
+def _role(
+    out: HistoryWriter,
+    ts: int,
+    broker: int,
+    topic: str,
+    partition: int,
+    role: str,
+    leader: int,
+    leader_epoch: int,
+    epoch: int,
+) -> None:
+    out.record(
+        ts,
+        f"broker-{broker}",
+        "partition.role_changed",
+        topic=topic,
+        partition=partition,
+        role=role,
+        leader=leader,
+        leader_epoch=leader_epoch,
+        isr=[],
+        controller_epoch=epoch,
+    )
+
+
+def _elected(
+    out: HistoryWriter,
+    ts: int,
+    controller: str,
+    epoch: int,
+    topic: str,
+    partition: int,
+    leader: int,
+    leader_epoch: int,
+    isr: list[int],
+    prev_isr: list[int],
+    strategy: str,
+    unclean: bool = False,
+) -> None:
+    out.record(
+        ts,
+        controller,
+        "partition.leader_elected",
+        topic=topic,
+        partition=partition,
+        leader=leader,
+        leader_epoch=leader_epoch,
+        isr=isr,
+        prev_isr=prev_isr,
+        strategy=strategy,
+        unclean=unclean,
+        controller_epoch=epoch,
+    )
+
+
+def clean_failover(directory: pathlib.Path) -> None:
+    """Controller 1 (epoch 1) is killed; controller 2 (epoch 2) sees /controller vacant at 6990,
+    is elected at 7000, and brokers 1, 2, 3 apply its UpdateMetadata at 7005, 7010, 7020.
+    Broker 1 dies (12000): t-0 moves to 2 (applied 12007); gone-0 (only on 1) goes to -1 and
+    its topic is deleted at 15000. Broker 2 dies (20000): t-0 moves to 3 (applied 20004); t-2
+    (only on 2) is offline until broker 2 returns and applies leadership at 25015.
+
+    Offline intervals: t-0 [12000, 12007], t-0 [20000, 20004], t-2 [20000, 25015],
+    gone-0 [12000, 15000] (topic deleted). One failover: lost 6990, elected 7000, converged 7020.
+    UpdateMetadata round trips to broker 1: 1, 2 and 10 ms.
+    """
+    with HistoryWriter(directory) as out:
+        for b in (1, 2, 3):
+            out.record(1000, f"broker-{b}", "broker.registered", broker_id=b, broker_epoch=100 + b)
+        out.record(1010, C1, "controller.elected", controller_id=1, controller_epoch=1, vacancy_ts=1005)
+        for b in (1, 2, 3):
+            _request(out, C1, 1, b, "UpdateMetadata", b, 1011, 1012, rtt_ms=1.0 if b == 1 else 3.0)
+        out.record(1015, C1, "controller.failover_completed", controller_id=1, controller_epoch=1, load_ms=2.0)
+        _elected(out, 1020, C1, 1, "t", 0, 1, 0, [1, 2, 3], [], "new")
+        _elected(out, 1020, C1, 1, "t", 2, 2, 0, [2], [], "new")
+        _elected(out, 1020, C1, 1, "gone", 0, 1, 0, [1], [], "new")
+        _request(out, C1, 1, 1, "LeaderAndIsr", 10, 1021, 1022, rtt_ms=1.0, partitions=2)
+        _role(out, 1022, 1, "t", 0, "leader", 1, 0, 1)
+        _role(out, 1022, 1, "gone", 0, "leader", 1, 0, 1)
+        _request(out, C1, 1, 2, "LeaderAndIsr", 11, 1021, 1022, rtt_ms=1.0, partitions=2)
+        _role(out, 1022, 2, "t", 0, "follower", 1, 0, 1)
+        _role(out, 1022, 2, "t", 2, "leader", 2, 0, 1)
+        _request(out, C1, 1, 3, "LeaderAndIsr", 12, 1021, 1022, rtt_ms=1.0)
+        _role(out, 1022, 3, "t", 0, "follower", 1, 0, 1)
+        _request(out, C1, 1, 1, "UpdateMetadata", 13, 1030, 1031, rtt_ms=2.0)
+
+        # kill -9 of controller 1; controller 2 takes over.
+        out.record(7000, C2, "controller.elected", controller_id=2, controller_epoch=2, vacancy_ts=6990)
+        _request(out, C2, 2, 1, "UpdateMetadata", 1, 7001, 7005, rtt_ms=10.0)
+        _request(out, C2, 2, 2, "UpdateMetadata", 2, 7001, 7010, rtt_ms=9.0)
+        _request(out, C2, 2, 3, "UpdateMetadata", 3, 7001, 7020, rtt_ms=19.0)
+        out.record(7002, C2, "controller.failover_completed", controller_id=2, controller_epoch=2, load_ms=1.5)
+
+        # Broker 1 dies.
+        out.record(12000, C2, "broker.change", new=[], dead=[1], bounced=[], controller_epoch=2)
+        _elected(out, 12000, C2, 2, "t", 0, 2, 1, [2, 3], [1, 2, 3], "offline")
+        out.record(
+            12000,
+            C2,
+            "partition.offline",
+            topic="gone",
+            partition=0,
+            leader=-1,
+            leader_epoch=1,
+            isr=[1],
+            prev_leader=1,
+            controller_epoch=2,
+        )
+        _request(out, C2, 2, 2, "LeaderAndIsr", 4, 12001, 12007, rtt_ms=6.0)
+        _role(out, 12007, 2, "t", 0, "leader", 2, 1, 2)
+        _request(out, C2, 2, 3, "LeaderAndIsr", 5, 12001, 12006, rtt_ms=5.0)
+        _role(out, 12006, 3, "t", 0, "follower", 2, 1, 2)
+        out.record(15000, C2, "topic.deleted", topic="gone", controller_epoch=2)
+
+        # Broker 2 dies; t-2 has no other replica.
+        out.record(20000, C2, "broker.change", new=[], dead=[2], bounced=[], controller_epoch=2)
+        _elected(out, 20000, C2, 2, "t", 0, 3, 2, [3], [2, 3], "offline")
+        out.record(
+            20000,
+            C2,
+            "partition.offline",
+            topic="t",
+            partition=2,
+            leader=-1,
+            leader_epoch=1,
+            isr=[2],
+            prev_leader=2,
+            controller_epoch=2,
+        )
+        _request(out, C2, 2, 3, "LeaderAndIsr", 6, 20001, 20004, rtt_ms=3.0)
+        _role(out, 20004, 3, "t", 0, "leader", 3, 2, 2)
+
+        # Broker 2 returns; t-2 gets its leader back.
+        out.record(25000, "broker-2", "broker.registered", broker_id=2, broker_epoch=202)
+        out.record(25005, C2, "broker.change", new=[2], dead=[], bounced=[], controller_epoch=2)
+        _elected(out, 25010, C2, 2, "t", 2, 2, 2, [2], [2], "offline")
+        _request(out, C2, 2, 2, "LeaderAndIsr", 7, 25011, 25015, rtt_ms=4.0)
+        _role(out, 25015, 2, "t", 2, "leader", 2, 2, 2)
+        _role(out, 25015, 2, "t", 0, "follower", 3, 2, 2)
+
+
+def violations(directory: pathlib.Path) -> dict[str, list[tuple[str, int]]]:
+    """Every invariant broken on purpose. Returns, per invariant, the (file name, line) of each
+    offending record that must be cited (the last record of each violation)."""
+    cited: dict[str, list[tuple[str, int]]] = {}
+    with HistoryWriter(directory) as out:
+        # single_controller_per_epoch: epoch 1 won twice (controller-1 line 1, controller-2 line 1) ...
+        out.record(100, C1, "controller.elected", controller_id=1, controller_epoch=1)
+        out.record(105, C2, "controller.elected", controller_id=2, controller_epoch=1)
+        # ... and an election going backwards: epoch 3 then epoch 2 (controller-1 lines 2 and 3).
+        out.record(200, C1, "controller.elected", controller_id=1, controller_epoch=3)
+        out.record(300, C1, "controller.elected", controller_id=1, controller_epoch=2)
+        cited["single_controller_per_epoch"] = [
+            ("controller-2.state-change.jsonl", 1),
+            ("controller-1.state-change.jsonl", 3),
+        ]
+
+        # stale_controller_epoch_applied: broker-1 applies epoch 3, then epoch 2 (line 2); a rejected
+        # epoch-1 request and a later epoch-3 request are fine.
+        def received(ts: int, epoch: int, controller: int, result: str) -> None:
+            out.record(
+                ts,
+                "broker-1",
+                "request.received",
+                api="UpdateMetadata",
+                controller_id=controller,
+                controller_epoch=epoch,
+                broker_epoch=101,
+                correlation_id=ts,
+                result=result,
+                error=0 if result == "applied" else 11,
+            )
+
+        received(400, 3, 1, "applied")
+        received(410, 2, 1, "applied")
+        received(420, 1, 1, "rejected")
+        received(430, 3, 1, "applied")
+        cited["stale_controller_epoch_applied"] = [("broker-1.state-change.jsonl", 2)]
+
+        # leader_epoch_regression on broker-2: 5, 5 (line 2), 4 (line 3); deleted; 0 again is fine.
+        _role(out, 500, 2, "t", 0, "follower", 1, 5, 3)
+        _role(out, 510, 2, "t", 0, "leader", 2, 5, 3)
+        _role(out, 520, 2, "t", 0, "follower", 1, 4, 3)
+        _role(out, 530, 2, "t", 0, "deleted", -1, -2, 3)
+        _role(out, 540, 2, "t", 0, "follower", 1, 0, 3)
+        _role(out, 550, 2, "t", 1, "stopped", 1, 7, 3)  # stopped keeps its epoch: not a regression
+        _role(out, 560, 2, "t", 1, "follower", 1, 8, 3)
+        cited["leader_epoch_regression"] = [("broker-2.state-change.jsonl", 2), ("broker-2.state-change.jsonl", 3)]
+
+        # unclean_election_without_permission: a clean election of 3 from ISR [1, 2] (line 4 of
+        # controller-1); an unclean one and a new partition's are fine.
+        _elected(out, 600, C1, 3, "t", 5, 3, 4, [3], [1, 2], "offline")
+        _elected(out, 610, C1, 3, "t", 6, 3, 4, [3], [1, 2], "offline", unclean=True)
+        _elected(out, 620, C1, 3, "t", 7, 3, 0, [3], [], "new")
+        cited["unclean_election_without_permission"] = [("controller-1.state-change.jsonl", 4)]
+    return cited
+
+
+MALFORMED = [
+    (b'{"ts":1000,"node":"broker-1","kind":"broker.registered","broker_id":1,"broker_epoch":7}', None),
+    (b"not json at all", "not a JSON object with ts, node and kind"),
+    (b'{"ts":1001,"node":"broker-1","kind":"some.future_kind","anything":[1,2]}', None),
+    (b'{"ts":"soon","node":"broker-1","kind":"broker.shutdown"}', "ts missing or not an integer"),
+    (b'{"ts":1002,"node":"broker-1","kind":"partition.role_changed","topic":"t"}', "partition.role_changed without"),
+    (b"", "empty line"),
+    (
+        b'{"ts":1003,"node":"broker-1","kind":"partition.role_changed","topic":"t","partition":0,"role":"boss",'
+        b'"leader":1,"leader_epoch":1}',
+        "role boss is not one of",
+    ),
+    (
+        b'{"ts":1004,"node":"broker-1","kind":"request.received","api":"UpdateMetadata","controller_id":1,'
+        b'"controller_epoch":"one","broker_epoch":7,"result":"applied","error":0}',
+        "controller_epoch",
+    ),
+    (b'{"ts":1005,"node":"broker-1","kind":"broker.shutdown","broker_id":1,"broker_epoch":7}', None),
+]
+
+
+def malformed(directory: pathlib.Path) -> None:
+    """broker-1's log: valid lines 1, 3 and 9, malformed lines 2, 4, 5, 6, 7 and 8."""
+    with HistoryWriter(directory) as out:
+        for line, _reason in MALFORMED:
+            out.raw("broker-1", line)

@@ -1,0 +1,229 @@
+"""The Spark jobs on small histories whose answers are known (DESIGN.md: tests/pipeline)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from controller_svc.analytics import schema, synthetic
+from tests.pipeline import scenarios
+
+pytestmark = pytest.mark.pipeline
+
+
+def run(spark: Any, inputs: list[pathlib.Path], out: pathlib.Path, cluster_by: str = "none") -> Any:
+    from controller_svc.analytics import job
+    from controller_svc.analytics.ingest import ClusterBy
+
+    return job.analyze(spark, [str(p) for p in inputs], str(out), ClusterBy(cluster_by))
+
+
+def table(spark: Any, out: pathlib.Path, name: str) -> list[dict[str, Any]]:
+    return [row.asDict(recursive=True) for row in spark.read.parquet(str(out / name)).collect()]
+
+
+@pytest.fixture(scope="module")
+def known(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Both hand-written histories as two clusters of one run (--cluster-by dir)."""
+    base = tmp_path_factory.mktemp("known")
+    scenarios.clean_failover(base / "logs" / "clean")
+    cited = scenarios.violations(base / "logs" / "broken")
+    out = base / "out"
+    outcome = run(spark, [base / "logs"], out, cluster_by="dir")
+    return {"outcome": outcome, "out": out, "cited": cited, "base": base}
+
+
+def cluster_name(known: dict[str, Any], name: str) -> str:
+    return next(c for c in known["outcome"].summary["clusters"] if c.endswith("/" + name))
+
+
+def rows_of(spark: Any, known: dict[str, Any], table_name: str, cluster: str) -> list[dict[str, Any]]:
+    name = cluster_name(known, cluster)
+    return [r for r in table(spark, known["out"], table_name) if r["cluster"] == name]
+
+
+def test_clean_history_has_no_violations_and_the_broken_one_has_each(known: dict[str, Any]) -> None:
+    clusters = known["outcome"].summary["clusters"]
+    assert clusters[cluster_name(known, "clean")]["violations"] == {name: 0 for name in schema.INVARIANTS}
+    assert clusters[cluster_name(known, "broken")]["violations"] == {
+        "single_controller_per_epoch": 2,
+        "stale_controller_epoch_applied": 1,
+        "leader_epoch_regression": 2,
+        "unclean_election_without_permission": 1,
+    }
+    assert known["outcome"].exit_code == 1
+    assert known["outcome"].summary["violations"]["leader_epoch_regression"] == 2
+
+
+def test_violations_cite_the_offending_records_by_file_and_line(spark: Any, known: dict[str, Any]) -> None:
+    violations = rows_of(spark, known, "violations", "broken")
+    for invariant, expected in known["cited"].items():
+        cited = sorted(
+            (pathlib.Path(v["records"][-1]["file"]).name, v["records"][-1]["line"])
+            for v in violations
+            if v["invariant"] == invariant
+        )
+        assert cited == sorted(expected), invariant
+        for v in violations:
+            for record in v["records"]:
+                parsed = json.loads(record["record"])  # the record itself, as JSON
+                assert parsed["node"] in pathlib.Path(record["file"]).name
+    shared = next(v for v in violations if v["detail"].startswith("epoch 1 claimed"))
+    assert shared["detail"] == "epoch 1 claimed by controllers 1, 2"
+    assert [json.loads(r["record"])["controller_id"] for r in shared["records"]] == [1, 2]
+    stale = next(v for v in violations if v["invariant"] == "stale_controller_epoch_applied")
+    assert [json.loads(r["record"])["controller_epoch"] for r in stale["records"]] == [3, 2]
+
+
+def test_offline_intervals_to_the_millisecond(spark: Any, known: dict[str, Any]) -> None:
+    intervals = sorted(
+        (r["topic"], r["partition"], r["start_ts"], r["end_ts"], r["duration_ms"], r["cause"], r["end_cause"])
+        for r in rows_of(spark, known, "offline_intervals", "clean")
+    )
+    assert intervals == [
+        ("gone", 0, 12000, 15000, 3000, "broker_deregistered", "topic_deleted"),
+        ("t", 0, 12000, 12007, 7, "broker_deregistered", "leader_applied"),
+        ("t", 0, 20000, 20004, 4, "broker_deregistered", "leader_applied"),
+        ("t", 2, 20000, 25015, 5015, "broker_deregistered", "leader_applied"),
+    ]
+    availability = known["outcome"].summary["clusters"][cluster_name(known, "clean")]["availability"]
+    assert availability["offline_intervals"] == 4
+    assert availability["partitions_affected"] == 3
+    assert availability["offline_partition_ms"] == 3000 + 7 + 4 + 5015
+    assert availability["longest_offline_ms"] == 5015
+    assert availability["still_offline"] == 0
+
+
+def test_failover_phases_to_the_millisecond(spark: Any, known: dict[str, Any]) -> None:
+    (incident,) = rows_of(spark, known, "failover_incidents", "clean")
+    assert incident["previous_epoch"] == 1 and incident["controller_epoch"] == 2
+    assert incident["previous_ended"] == "superseded"
+    assert (incident["lost_ts"], incident["elected_ts"], incident["converged_ts"]) == (6990, 7000, 7020)
+    assert (incident["election_ms"], incident["propagation_ms"], incident["total_ms"]) == (10, 20, 30)
+    assert incident["lost_evidence"] == "vacancy_observed"
+    assert (incident["brokers"], incident["brokers_applied"]) == (3, 3)
+    assert incident["previous_last_active_ts"] == 1032
+
+    tenures = sorted(rows_of(spark, known, "controller_tenures", "clean"), key=lambda t: t["controller_epoch"])
+    assert [(t["controller_id"], t["start_ts"], t["end_ts"], t["ended"]) for t in tenures] == [
+        (1, 1010, 7000, "superseded"),
+        (2, 7000, None, "active"),
+    ]
+
+
+def test_leadership_timeline_and_request_latency(spark: Any, known: dict[str, Any]) -> None:
+    timeline = sorted(
+        (r["ts"], r["leader"], r["leader_epoch"], r["until_ts"])
+        for r in rows_of(spark, known, "leadership", "clean")
+        if (r["topic"], r["partition"]) == ("t", 0)
+    )
+    assert timeline == [(1020, 1, 0, 12000), (12000, 2, 1, 20000), (20000, 3, 2, None)]
+
+    latency = {(r["broker"], r["api"]): r for r in rows_of(spark, known, "request_latency", "clean")}
+    um1 = latency[(1, "UpdateMetadata")]
+    assert um1["requests"] == 3
+    assert (um1["rtt_p50_ms"], um1["rtt_max_ms"]) == (2.0, 10.0)
+    assert latency[(3, "UpdateMetadata")]["rtt_max_ms"] == 19.0
+
+
+def test_summary_and_report_files(known: dict[str, Any]) -> None:
+    out = known["out"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["violations"]) == set(schema.INVARIANTS)
+    assert summary["events"] == known["outcome"].summary["events"]
+    assert {"offline_intervals", "partitions_affected", "longest_offline_ms", "failovers"} <= set(
+        summary["availability"]
+    )
+    report = (out / "report.html").read_text()
+    assert "<svg" in report and "leader_epoch_regression" in report
+    assert "broker-2.state-change.jsonl:3" in report.replace("</div>", "")  # evidence with file:line
+    for name in (
+        "events",
+        "bad_records",
+        "controller_tenures",
+        "failover_incidents",
+        "leadership",
+        "offline_intervals",
+        "request_latency",
+        "violations",
+    ):
+        assert (out / name).is_dir(), name
+
+
+def test_malformed_lines_are_counted_with_file_and_line(spark: Any, tmp_path: pathlib.Path) -> None:
+    scenarios.malformed(tmp_path / "logs")
+    outcome = run(spark, [tmp_path / "logs"], tmp_path / "out")
+    bad = sorted(table(spark, tmp_path / "out", "bad_records"), key=lambda r: r["line"])
+    expected = [(i + 1, reason) for i, (_line, reason) in enumerate(scenarios.MALFORMED) if reason is not None]
+    assert [r["line"] for r in bad] == [line for line, _ in expected]
+    for row, (_line, reason) in zip(bad, expected, strict=True):
+        assert reason in row["reason"], row
+        assert row["file"].endswith("broker-1.state-change.jsonl")
+    assert outcome.summary["malformed"] == len(expected)
+    assert outcome.summary["events"] == 3  # the unknown kind counts as an event
+    assert outcome.exit_code == 0
+
+
+def test_generated_history_with_injected_violations(spark: Any, tmp_path: pathlib.Path) -> None:
+    inject = {name: n for name, n in zip(schema.INVARIANTS, (2, 3, 4, 3), strict=True)}
+    expected = synthetic.generate(tmp_path / "logs", 60_000, brokers=6, partitions=300, seed=7, inject=inject)
+    outcome = run(spark, [tmp_path / "logs"], tmp_path / "out")
+    assert outcome.summary["events"] == expected.events
+    assert outcome.summary["violations"] == expected.violations == inject
+    availability = outcome.summary["availability"]
+    assert availability["failovers"] == expected.failovers
+    assert availability["offline_intervals"] == expected.offline_intervals
+    assert availability["still_offline"] == 0
+    assert outcome.summary["controllers"]["elections"] == expected.elections
+
+
+def test_empty_and_missing_input_is_bad_input(spark: Any, tmp_path: pathlib.Path) -> None:
+    from controller_svc.analytics.ingest import InputError
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="no state-change records"):
+        run(spark, [tmp_path / "empty"], tmp_path / "out1")
+    (tmp_path / "blank").mkdir()
+    (tmp_path / "blank" / "broker-1.state-change.jsonl").write_bytes(b"")
+    with pytest.raises(InputError, match="no state-change records"):
+        run(spark, [tmp_path / "blank"], tmp_path / "out2")
+    with pytest.raises(InputError, match="no such file"):
+        run(spark, [tmp_path / "nowhere"], tmp_path / "out3")
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "broker-1.state-change.jsonl").write_bytes(b"garbage\n{}\n")
+    with pytest.raises(InputError, match="none of the 2 lines"):
+        run(spark, [tmp_path / "junk"], tmp_path / "out4")
+    assert len(table(spark, tmp_path / "out4", "bad_records")) == 2
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "controller_svc", "analyze", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def test_cli_exit_codes(tmp_path: pathlib.Path) -> None:
+    scenarios.violations(tmp_path / "broken")
+    result = cli(str(tmp_path / "broken"), "--out", str(tmp_path / "out"), "--master", "local[1]")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "leader_epoch_regression 2" in result.stdout
+    assert (tmp_path / "out" / "report.html").is_file()
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["violations"]["single_controller_per_epoch"] == 2
+
+    result = cli(str(tmp_path / "nowhere"), "--out", str(tmp_path / "out2"))
+    assert result.returncode == 2
+    assert "no such file or directory" in result.stderr
+
+    result = cli(str(tmp_path / "broken"), "--out", str(tmp_path / "out3"), "--conf", "not-a-pair")
+    assert result.returncode == 2
+    assert "expected KEY=VALUE" in result.stderr
