@@ -85,9 +85,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = cluster_sub.add_parser("status", help="who is controller, the epoch, the brokers")
     status.add_argument("--dir", required=True)
 
-    demo = sub.add_parser("demo", help="start a cluster, kill its controller, show the takeover")
+    demo = sub.add_parser(
+        "demo",
+        help="start a cluster, kill its controller and a broker, show the takeovers, analyse the logs on Spark",
+    )
     demo.add_argument("--dir", default=None, help="cluster directory (default: a new temporary one)")
     demo.add_argument("--session-timeout-ms", type=int, default=6000)
+    demo.add_argument("--no-analysis", action="store_true", help="skip the Spark analysis at the end")
 
     from controller_svc import cli_admin, cli_topics
     from controller_svc.analytics import cli as cli_analyze
@@ -120,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from controller_svc.demo import run_demo
 
-        return run_demo(args.dir, args.session_timeout_ms)
+        return run_demo(args.dir, args.session_timeout_ms, analyse_logs=not args.no_analysis)
     parser.error(f"unknown command {args.command}")
     return 2
 

@@ -2,8 +2,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import os
 import pathlib
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -16,6 +20,51 @@ from tests.integration.harness import Cluster
 # Short enough that failover tests are quick, long enough for a loaded 2-core CI machine.
 SESSION_TIMEOUT_MS = 4000
 _chroots = itertools.count(1)
+# The state-change logs of every cluster the tests started: analysed together at the end of the run.
+_histories: list[pathlib.Path] = []
+HISTORY_ANALYSIS = pathlib.Path("test-logs") / "integration-history-analysis"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def histories_have_no_violations() -> Iterator[None]:
+    """After the last integration test: every cluster's logs through the Spark invariant
+    checker (`controller-svc analyze --cluster-by dir`), which must find zero violations."""
+    yield
+    existing = [str(p) for p in _histories if p.is_dir()]
+    if not existing:
+        return
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "controller_svc",
+            "analyze",
+            *existing,
+            "--out",
+            str(HISTORY_ANALYSIS),
+            "--cluster-by",
+            "dir",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    if result.returncode == 0:
+        return
+    if result.returncode == 1:
+        summary = json.loads(result.stdout)
+        broken = {
+            name: {k: v for k, v in cluster["violations"].items() if v}
+            for name, cluster in summary["clusters"].items()
+            if any(cluster["violations"].values())
+        }
+        raise AssertionError(
+            f"invariant violations in the integration tests' cluster histories: {json.dumps(broken, indent=1)}; "
+            f"see {HISTORY_ANALYSIS}/report.html"
+        )
+    raise AssertionError(f"analysing the integration histories failed ({result.returncode}): {result.stderr[-4000:]}")
 
 
 @pytest.fixture(scope="session")
@@ -59,6 +108,7 @@ async def cluster_factory(
         )
         cluster = Cluster(directory, spec, SESSION_TIMEOUT_MS)
         started.append(cluster)
+        _histories.append(pathlib.Path(cluster.logs))
         return cluster
 
     yield make
