@@ -85,7 +85,9 @@ def run_demo(directory: str | None, session_timeout_ms: int, analyse_logs: bool 
         print(f"   up in {time.monotonic() - started:.1f} s\n")
         uvloop.run(create_topic(spec))
         placed = uvloop.run(wait_for_leaders(spec, 30.0))
-        print(f"== topic {TOPIC}: {PARTITIONS} partitions, replication factor 2, leaders {dict(sorted(placed.items()))}\n")
+        print(
+            f"== topic {TOPIC}: {PARTITIONS} partitions, replication factor 2, leaders {dict(sorted(placed.items()))}\n"
+        )
         print(devcluster.status(base))
         before = uvloop.run(devcluster.snapshot(spec))
         victim = next(c for c in spec["controllers"] if c["id"] == before.controller_id)
