@@ -346,6 +346,7 @@ class Controller:
             return
         except ControllerMovedError as e:
             self._set_election_blocked(None)
+            self.vacancy_seen_ms = None
             log.info("controller %d lost the election: %s", self.id, e)
             await self._maybe_resign()
             return

@@ -111,6 +111,7 @@ def failover_incidents(events: DataFrame, tenures: DataFrame) -> DataFrame:
         F.lag("ended").over(in_cluster).alias("previous_ended"),
         F.lag("resign_reason").over(in_cluster).alias("previous_resign_reason"),
         F.lag("end_ts").over(in_cluster).alias("previous_end_ts"),
+        F.lag("start_ts").over(in_cluster).alias("previous_start_ts"),
         F.lag("last_active_ts").over(in_cluster).alias("previous_last_active_ts"),
         "vacancy_ts",
     ).filter(F.col("previous_epoch").isNotNull())
@@ -118,7 +119,9 @@ def failover_incidents(events: DataFrame, tenures: DataFrame) -> DataFrame:
         (F.col("previous_ended") == "resigned") & (F.col("previous_end_ts") <= F.col("start_ts")),
         F.col("previous_end_ts"),
     )
-    known_loss = F.least(resigned_before, F.col("vacancy_ts"))
+    # A vacancy seen before the previous tenure began is not this loss (an old log's leftover).
+    vacancy = F.when(F.col("vacancy_ts") >= F.col("previous_start_ts"), F.col("vacancy_ts"))
+    known_loss = F.least(resigned_before, vacancy)
     chained = chained.select(
         "*",
         F.coalesce(known_loss, F.col("previous_last_active_ts")).alias("lost_ts"),
