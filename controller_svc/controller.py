@@ -520,6 +520,7 @@ class Controller:
             load_ms=round((loaded - started) * 1000, 3),
             total_ms=round((time.monotonic() - started) * 1000, 3),
             partitions=self.context.partition_count,
+            live_brokers=sorted(brokers),
         )
         log.info(
             "controller %d is active: epoch %d, %d live brokers, %d topics, %d partitions (loaded in %.0f ms)",

@@ -1,7 +1,7 @@
 """`controller-svc analyze LOGDIR... --out OUTDIR [--master URL]` (contract 6).
 
-Exit codes: 0 no violations, 1 at least one violation, 2 bad input (missing paths, no records,
-no Spark or Java)."""
+Exit codes: 0 no violations, 1 at least one violation, 2 bad input or no result (missing
+paths, no records, unreadable files, no Spark or Java 17+). Only a finished analysis exits 0 or 1."""
 
 from __future__ import annotations
 
@@ -85,12 +85,23 @@ def run(args: argparse.Namespace) -> int:
     from controller_svc.analytics import job
     from controller_svc.analytics.ingest import ClusterBy, InputError
 
-    spark = session.build(args.master, conf)
+    try:
+        spark = session.build(args.master, conf)
+    except Exception as e:  # a bad master URL or setting, a JVM that does not start
+        print(f"analyze: could not start Spark ({args.master}): {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         outcome = job.analyze(spark, args.logdirs, args.out, ClusterBy(args.cluster_by))
     except InputError as e:
         log.error("analyze: bad input: %s", e)
         print(f"analyze: bad input: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as e:  # unreadable input (a corrupt .gz), an unwritable OUTDIR: never exit 1
+        log.exception("analyze: the analysis failed")
+        print(
+            f"analyze: the analysis failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
     finally:
         spark.stop()

@@ -11,6 +11,7 @@ the few rows an operator reads (malformed lines, violations' evidence), from a p
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,47 +56,47 @@ def record_schema() -> T.StructType:
     return T.StructType([*fields, T.StructField(CORRUPT, T.StringType())])
 
 
-def _hadoop_status(spark: SparkSession, path: str) -> str:
-    """'dir', 'file' or 'missing', through Hadoop's FileSystem so s3a:// and hdfs:// work too."""
+def list_inputs(spark: SparkSession, inputs: Sequence[str]) -> list[str]:
+    """The log files to read, through Hadoop's FileSystem so that s3a:// and hdfs:// work too: a
+    directory contributes every `*.state-change.jsonl[.gz]` below it, a file itself. A file
+    named twice (a directory and a file in it, overlapping directories) is read once."""
+    if not inputs:
+        raise InputError("no input paths given")
     jvm = spark.sparkContext._jvm
     assert jvm is not None
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    if not fs.exists(hadoop_path):
-        return "missing"
-    return "dir" if fs.getFileStatus(hadoop_path).isDirectory() else "file"
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    files: set[str] = set()
+    for path in inputs:
+        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+        fs = hadoop_path.getFileSystem(conf)
+        if not fs.exists(hadoop_path):
+            raise InputError(f"{path}: no such file or directory")
+        status = fs.getFileStatus(hadoop_path)
+        if not status.isDirectory():
+            files.add(str(fs.makeQualified(hadoop_path).toString()))
+            continue
+        listing = fs.listFiles(hadoop_path, True)
+        while listing.hasNext():
+            found = listing.next().getPath()
+            if fnmatch.fnmatchcase(str(found.getName()), STATE_CHANGE_GLOB):
+                files.add(str(fs.makeQualified(found).toString()))
+    return sorted(files)
 
 
 def read_lines(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
-    """Every line of the inputs: a directory contributes every `*.state-change.jsonl` under it, a
-    file itself. Columns: file, block (the split's byte offset), mid (ordered within a split), value."""
-    if not inputs:
-        raise InputError("no input paths given")
-    directories: list[str] = []
-    files: list[str] = []
-    for path in inputs:
-        status = _hadoop_status(spark, path)
-        if status == "missing":
-            raise InputError(f"{path}: no such file or directory")
-        (directories if status == "dir" else files).append(path)
-    frames: list[DataFrame] = []
-    if directories:
-        reader = spark.read.option("recursiveFileLookup", "true").option("pathGlobFilter", STATE_CHANGE_GLOB)
-        frames.append(reader.text(directories))
-    if files:
-        frames.append(spark.read.text(files))
-    lines = [
-        frame.select(
-            F.col("_metadata.file_path").alias("file"),
-            F.col("_metadata.file_block_start").alias("block"),
-            # Consecutive within one split, in line order: with the split's first id and the lines of
-            # the splits before it in the same file, this gives each line's number without a shuffle.
-            F.monotonically_increasing_id().alias("mid"),
-            F.col("value"),
-        )
-        for frame in frames
-    ]
-    return functools.reduce(DataFrame.unionByName, lines)
+    """Every line of the inputs' log files. Columns: file, block (the byte offset of the file
+    split the line was read from), mid (increasing along the lines of a split), value."""
+    files = list_inputs(spark, inputs)
+    if not files:
+        raise InputError(f"no state-change records in {', '.join(inputs)} (looked for {STATE_CHANGE_GLOB})")
+    return spark.read.text(files).select(
+        F.col("_metadata.file_path").alias("file"),
+        F.col("_metadata.file_block_start").alias("block"),
+        # Consecutive within one split, in line order: with the split's first id and the lines of
+        # the splits before it in the same file, this gives each line's number without a shuffle.
+        F.monotonically_increasing_id().alias("mid"),
+        F.col("value"),
+    )
 
 
 def splits(spark: SparkSession, out: str) -> DataFrame:
@@ -194,8 +195,14 @@ def parse(lines: DataFrame) -> DataFrame:
         typed.select("*", bad_reason().alias("reason_malformed"))
         .withColumn("status", F.when(F.col("reason_malformed").isNull(), F.lit("ok")).otherwise(F.lit("bad")))
         .withColumn("value", F.when(F.col("status") == "bad", F.substring("value", 1, MAX_BAD_VALUE_CHARS)))
-        # A malformed line may have no usable kind: file it under one the analyses never read.
-        .withColumn("kind", F.when(F.col("status") == "ok", F.col("kind")).otherwise(F.lit("_malformed")))
+        # The partition column: known kinds each have their own directory; other kinds (and
+        # malformed lines, whose kind may be anything) share one, so no input can make many.
+        .withColumn(
+            "kind_group",
+            F.when((F.col("status") == "ok") & F.col("kind").isin(*sorted(schema.KNOWN_KINDS)), F.col("kind"))
+            .when(F.col("status") == "ok", F.lit(schema.OTHER_KINDS))
+            .otherwise(F.lit("_malformed")),
+        )
     )
 
 
@@ -208,6 +215,7 @@ def events_schema() -> T.StructType:
         T.StructField("value", T.StringType()),
         T.StructField("reason_malformed", T.StringType()),
         T.StructField("status", T.StringType()),
+        T.StructField("kind_group", T.StringType()),
     ]
     return T.StructType(fields + extra)
 
@@ -215,7 +223,9 @@ def events_schema() -> T.StructType:
 def ingest(spark: SparkSession, inputs: Sequence[str], out: str) -> None:
     """Parse every line once into OUTDIR/events, partitioned by status and kind so that each
     analysis reads only the kinds it needs."""
-    parse(read_lines(spark, inputs)).write.mode("overwrite").partitionBy("status", "kind").parquet(f"{out}/events")
+    parse(read_lines(spark, inputs)).write.mode("overwrite").partitionBy("status", "kind_group").parquet(
+        f"{out}/events"
+    )
 
 
 def _node_role() -> Column:

@@ -141,15 +141,26 @@ def stale_controller_epoch_applied(events: DataFrame) -> DataFrame:
 def leader_epoch_regression(events: DataFrame) -> DataFrame:
     """Per broker and partition, the leader epochs of applied leader/follower roles strictly
     increase. Deleting the replica (StopReplica with delete) starts over: a recreated topic's
-    partitions begin again at epoch 0."""
+    partitions begin again at epoch 0. A restarted broker process (broker.started) has lost its
+    in-memory epochs, as a Kafka broker's Partition objects are, and may re-apply the epoch it
+    last applied; it must never apply a lower one."""
     keys = ["cluster", "node", "topic", "partition"]
     roles = of_kind(events, "partition.role_changed").filter(
         (F.col("node_role") == "broker") & F.col("role").isin("leader", "follower", "deleted")
     )
+    starts = (
+        of_kind(events, "broker.started")
+        .groupBy("cluster", "node")
+        .agg(F.collect_list(position()).alias("starts"))  # a handful per broker: its restarts
+    )
+    with_incarnation = roles.join(F.broadcast(starts), ["cluster", "node"], "left").withColumn(
+        "incarnation",
+        F.size(F.filter(F.coalesce(F.col("starts"), F.array()), lambda start: start <= position())),
+    )
     # The numeric key first: Spark's sort compares a prefix of the first key, and cluster is often constant.
     timeline = Window.partitionBy("partition", "node", "topic", "cluster").orderBy(position())
     before = timeline.rowsBetween(Window.unboundedPreceding, -1)
-    generations = roles.withColumn(
+    generations = with_incarnation.withColumn(
         "generation", F.coalesce(F.sum(F.when(F.col("role") == "deleted", 1).otherwise(0)).over(before), F.lit(0))
     ).filter(F.col("role") != "deleted")
     regressed = generations.select(
@@ -158,9 +169,21 @@ def leader_epoch_regression(events: DataFrame) -> DataFrame:
         "role",
         "leader_epoch",
         "generation",
+        "incarnation",
         evidence().alias("evidence"),
-        F.max(F.struct("generation", "leader_epoch", evidence().alias("evidence"))).over(before).alias("prev"),
-    ).filter((F.col("prev.generation") == F.col("generation")) & (F.col("leader_epoch") <= F.col("prev.leader_epoch")))
+        F.max(F.struct("generation", "leader_epoch", "incarnation", evidence().alias("evidence")))
+        .over(before)
+        .alias("prev"),
+    ).filter(
+        (F.col("prev.generation") == F.col("generation"))
+        & (
+            (F.col("leader_epoch") < F.col("prev.leader_epoch"))
+            | (
+                (F.col("leader_epoch") == F.col("prev.leader_epoch"))
+                & (F.col("incarnation") == F.col("prev.incarnation"))
+            )
+        )
+    )
     return _violations(
         regressed,
         schema.LEADER_EPOCH_REGRESSION,

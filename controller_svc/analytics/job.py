@@ -212,14 +212,14 @@ def _no_violations(spark: SparkSession) -> DataFrame:
 
 def resolve_evidence(violations: DataFrame, events: DataFrame, split_table: DataFrame) -> DataFrame:
     """Replaces each violation's record references with file, line and the record as JSON.
-    Only the referenced records are looked up (a broadcast semi-join on the events table)."""
+    Only the referenced records are looked up (a join the adaptive planner broadcasts when small)."""
     keys = ["cluster", "invariant", "subject", "detail", "ts", "records"]
     exploded = violations.select(*keys, F.posexplode("records").alias("i", "ref")).select(
         *keys, "i", F.col("ref.file").alias("file"), F.col("ref.block").alias("block"), F.col("ref.mid").alias("mid")
     )
     wanted = exploded.select("file", "block", "mid").distinct()
     fields = [F.col(name) for name, _ in schema.FIELDS]
-    found = events.join(F.broadcast(wanted), ["file", "block", "mid"]).select(
+    found = events.join(wanted, ["file", "block", "mid"]).select(
         "file", "block", "mid", F.to_json(F.struct(*fields)).alias("record")
     )
     lined = ingest.with_line(found, split_table)

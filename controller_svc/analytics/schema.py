@@ -56,6 +56,7 @@ FIELDS: Final[tuple[tuple[str, str], ...]] = (
     ("bounced", LONG_ARRAY),
     ("load_ms", DOUBLE),
     ("vacancy_ts", LONG),
+    ("live_brokers", LONG_ARRAY),
 )
 ENVELOPE: Final = ("ts", "node", "kind")
 
@@ -85,6 +86,22 @@ REQUIRED: Final[dict[str, tuple[str, ...]]] = {
     "request.received": ("api", "controller_id", "controller_epoch", "broker_epoch", "result", "error"),
     "topic.deleted": ("topic",),
 }
+
+# Kinds kept as their own partition of the events table; any other kind is filed under OTHER_KINDS.
+KNOWN_KINDS: Final = frozenset(
+    {
+        *REQUIRED,
+        "broker.started",
+        "broker.log_dir_failed",
+        "broker.controlled_shutdown",
+        "partition.isr_changed",
+        "topic.deletion_started",
+        "reassignment.started",
+        "reassignment.completed",
+        "reassignment.cancelled",
+    }
+)
+OTHER_KINDS: Final = "_other"
 
 # Fields whose values come from a closed set (contract 5).
 ALLOWED_VALUES: Final[dict[str, dict[str, tuple[str, ...]]]] = {

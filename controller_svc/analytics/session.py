@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import shutil
+import subprocess
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -26,10 +28,25 @@ def check_runtime() -> None:
             "PySpark is not installed: `pip install 'kcontroller[analytics]'` (./dev setup does it)"
         ) from e
     java_home = os.environ.get("JAVA_HOME")
-    if not (java_home and (pathlib.Path(java_home) / "bin" / "java").exists()) and shutil.which("java") is None:
-        raise SparkUnavailableError(
-            "no Java runtime: Spark 4 needs Java 17 or newer (`apt-get install default-jre-headless`, or set JAVA_HOME)"
-        )
+    java = str(pathlib.Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    hint = "Spark 4 needs Java 17 or newer (`apt-get install default-jre-headless`, or set JAVA_HOME)"
+    if java is None or not pathlib.Path(java).exists():
+        raise SparkUnavailableError(f"no Java runtime: {hint}")
+    version = java_major_version(java)
+    if version is not None and version < 17:
+        raise SparkUnavailableError(f"{java} is Java {version}: {hint}")
+
+
+def java_major_version(java: str) -> int | None:
+    try:
+        result = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', result.stderr + result.stdout)
+    if match is None:
+        return None
+    major = int(match.group(1))
+    return int(match.group(2) or 0) if major == 1 else major  # "1.8.0" is Java 8
 
 
 def is_local(master: str) -> bool:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from controller_svc.analytics import schema
+
 
 def position() -> Column:
     """Order of records: time, then the order of lines within a file (ingest's block and mid)."""
@@ -23,7 +25,10 @@ def ref() -> Column:
 
 
 def of_kind(events: DataFrame, kind: str) -> DataFrame:
-    return events.filter(F.col("kind") == kind)
+    """Records of one kind; the filter is on the events table's partition column, so only that
+    kind's files are read."""
+    assert kind in schema.KNOWN_KINDS, kind
+    return events.filter(F.col("kind_group") == kind)
 
 
 # --- controllers ---------------------------------------------------------------------------
@@ -69,7 +74,11 @@ def controller_tenures(events: DataFrame) -> DataFrame:
     tenures = elected.join(resigned, ["cluster", "node", "controller_epoch"], "left").join(
         activity, ["cluster", "node", "controller_epoch"], "left"
     )
-    end = F.coalesce(F.col("resigned_ts"), F.col("next_start_ts"))
+    # A paused (zombie) controller resigns only after its successor was elected: superseded.
+    resigned_in_office = F.col("resigned_ts").isNotNull() & (
+        F.col("next_start_ts").isNull() | (F.col("resigned_ts") <= F.col("next_start_ts"))
+    )
+    end = F.least(F.col("resigned_ts"), F.col("next_start_ts"))
     return tenures.select(
         "cluster",
         "controller_epoch",
@@ -78,7 +87,7 @@ def controller_tenures(events: DataFrame) -> DataFrame:
         "vacancy_ts",
         "start_ts",
         end.alias("end_ts"),
-        F.when(F.col("resigned_ts").isNotNull(), F.lit("resigned"))
+        F.when(resigned_in_office, F.lit("resigned"))
         .when(F.col("next_start_ts").isNotNull(), F.lit("superseded"))
         .otherwise(F.lit("active"))
         .alias("ended"),
@@ -134,8 +143,13 @@ def failover_incidents(events: DataFrame, tenures: DataFrame) -> DataFrame:
     completed = (
         of_kind(events, "controller.failover_completed")
         .groupBy("cluster", "node", "controller_epoch")
-        .agg(F.min("ts").alias("completed_ts"), F.min_by("load_ms", position()).alias("load_ms"))
+        .agg(F.min_by(F.struct("ts", "load_ms", "live_brokers"), position()).alias("c"))
+        .select(
+            "cluster", "node", "controller_epoch", "c.load_ms", F.col("c.ts").alias("completed_ts"), "c.live_brokers"
+        )
     )
+    # The live brokers: as the new controller recorded them, else those it sent UpdateMetadata to
+    # before completing its failover (or at all, when it never recorded the completion).
     sent = (
         of_kind(events, "request.sent")
         .filter(F.col("api") == "UpdateMetadata")
@@ -146,8 +160,19 @@ def failover_incidents(events: DataFrame, tenures: DataFrame) -> DataFrame:
             "left",
         )
         .filter(F.col("completed_ts").isNull() | (F.col("ts") <= F.col("completed_ts")))
-        .groupBy("cluster", "node", "controller_epoch", "broker")
-        .agg(F.min("ts").alias("sent_ts"))
+        .select("cluster", "node", "controller_epoch", "broker")
+    )
+    recorded = completed.filter(F.col("live_brokers").isNotNull()).select(
+        "cluster", "node", "controller_epoch", F.explode("live_brokers").alias("broker")
+    )
+    targets = (
+        sent.join(
+            recorded.select("cluster", "node", "controller_epoch").distinct(),
+            ["cluster", "node", "controller_epoch"],
+            "left_anti",
+        )
+        .unionByName(recorded)
+        .distinct()
     )
     applied = (
         of_kind(events, "request.received")
@@ -157,17 +182,19 @@ def failover_incidents(events: DataFrame, tenures: DataFrame) -> DataFrame:
     )
     per_broker = (
         chained.select("cluster", "node", "controller_epoch")
-        .join(sent, ["cluster", "node", "controller_epoch"])
+        .join(targets, ["cluster", "node", "controller_epoch"])
         .join(applied, ["cluster", "controller_epoch", "broker"], "left")
         .groupBy("cluster", "node", "controller_epoch")
         .agg(
             F.count("*").alias("brokers"),
             F.count("applied_ts").alias("brokers_applied"),
-            F.max("applied_ts").alias("converged_ts"),
+            F.max("applied_ts").alias("last_applied_ts"),
             F.sort_array(F.collect_list(F.when(F.col("applied_ts").isNull(), F.col("broker")))).alias(
                 "brokers_not_applied"
             ),
         )
+        # Converged only when every live broker applied the new epoch's metadata.
+        .withColumn("converged_ts", F.when(F.col("brokers_applied") == F.col("brokers"), F.col("last_applied_ts")))
     )
     incidents = chained.join(per_broker, ["cluster", "node", "controller_epoch"], "left").join(
         completed.select("cluster", "node", "controller_epoch", "load_ms"),
@@ -313,7 +340,7 @@ def offline_intervals(events: DataFrame, leaders: DataFrame) -> DataFrame:
     starts = (
         set_to_none.unionByName(broker_lost)
         .unionByName(log_dir_failed)
-        .select("*", F.lit(True).alias("is_start"), F.lit(None).cast("bigint").alias("new_leader"))
+        .select("*", F.lit("lost").alias("change"), F.lit(None).cast("bigint").alias("new_leader"))
     )
     regained = role_changes.filter((F.col("role") == "leader") & (F.col("leader") == F.col("node_id"))).select(
         *keys,
@@ -321,61 +348,76 @@ def offline_intervals(events: DataFrame, leaders: DataFrame) -> DataFrame:
         "ts",
         F.col("leader_epoch").alias("epoch"),
         F.lit(None).cast("string").alias("cause"),
-        F.lit(False).alias("is_start"),
+        F.lit("regained").alias("change"),
         F.col("leader").alias("new_leader"),
     )
-    timeline = Window.partitionBy("partition", "topic", "cluster").orderBy("pos")
+    # A deletion ends whatever is open and starts the partition over: a recreated topic's leader
+    # epochs begin again at 0. Only partitions that ever lost a leader need the boundary.
+    deleted = (
+        of_kind(events, "topic.deleted")
+        .select("cluster", "topic", position().alias("pos"), "ts")
+        .join(starts.select(*keys).distinct(), ["cluster", "topic"])
+        .select(
+            *keys,
+            "pos",
+            "ts",
+            F.lit(None).cast("bigint").alias("epoch"),
+            F.lit(None).cast("string").alias("cause"),
+            F.lit("deleted").alias("change"),
+            F.lit(None).cast("bigint").alias("new_leader"),
+        )
+    )
+    is_lost, is_deleted = F.col("change") == "lost", F.col("change") == "deleted"
+    # In one millisecond, a loss sorts before a regain (they come from different nodes' files).
+    timeline = Window.partitionBy("partition", "topic", "cluster").orderBy(
+        "ts", F.when(F.col("change") == "regained", 1).otherwise(0), "pos"
+    )
     so_far = timeline.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    marked = (
+    before = timeline.rowsBetween(Window.unboundedPreceding, -1)
+    changes = (
         starts.unionByName(regained)
-        .withColumn("max_lost_epoch", F.max(F.when(F.col("is_start"), F.col("epoch"))).over(so_far))
+        .unionByName(deleted)
+        .withColumn("generation", F.sum(is_deleted.cast("int")).over(so_far))
+    )
+    # A regain closes an interval when its leader epoch is above every loss of this generation.
+    highest_loss = F.max(F.when(is_lost, F.struct("generation", "epoch"))).over(so_far)
+    marked = (
+        changes.withColumn("highest_loss", highest_loss)
         .withColumn(
             "closes",
-            ~F.col("is_start") & (F.col("max_lost_epoch").isNull() | (F.col("epoch") > F.col("max_lost_epoch"))),
+            is_deleted
+            | (
+                (F.col("change") == "regained")
+                & (
+                    F.col("highest_loss").isNull()
+                    | (F.col("highest_loss.generation") < F.col("generation"))
+                    | (F.col("epoch") > F.col("highest_loss.epoch"))
+                )
+            ),
         )
-        .filter(F.col("is_start") | F.col("closes"))
+        .filter(is_lost | F.col("closes"))
     )
-    before = timeline.rowsBetween(Window.unboundedPreceding, -1)
     segmented = marked.withColumn("segment", F.coalesce(F.sum(F.col("closes").cast("int")).over(before), F.lit(0)))
     intervals = (
         segmented.groupBy(*keys, "segment")
         .agg(
-            F.min(F.when(F.col("is_start"), F.struct("pos", "cause", "epoch"))).alias("first_loss"),
-            F.max(F.when(F.col("closes"), F.struct("ts", "new_leader", "epoch"))).alias("regain"),
+            F.min(F.when(is_lost, F.struct("pos", "cause", "epoch"))).alias("first_loss"),
+            F.max(F.when(F.col("closes"), F.struct("ts", "change", "new_leader", "epoch"))).alias("end"),
         )
         .filter(F.col("first_loss").isNotNull())
-        .select(
-            *keys,
-            F.col("first_loss.pos.ts").alias("start_ts"),
-            F.col("first_loss.cause").alias("cause"),
-            F.col("first_loss.epoch").alias("lost_leader_epoch"),
-            F.col("regain.ts").alias("regained_ts"),
-            F.col("regain.new_leader").alias("new_leader"),
-            F.col("regain.epoch").alias("new_leader_epoch"),
-        )
     )
-    deleted = of_kind(events, "topic.deleted").select("cluster", "topic", F.col("ts").alias("deleted_ts"))
-    closed_by_deletion = (
-        intervals.filter(F.col("regained_ts").isNull())
-        .join(deleted, ["cluster", "topic"])
-        .filter(F.col("deleted_ts") >= F.col("start_ts"))
-        .groupBy(*keys, "start_ts")
-        .agg(F.min("deleted_ts").alias("deleted_ts"))
-    )
-    with_deletion = intervals.join(closed_by_deletion, [*keys, "start_ts"], "left")
-    end = F.coalesce(F.col("regained_ts"), F.col("deleted_ts"))
-    return with_deletion.select(
+    return intervals.select(
         *keys,
-        "start_ts",
-        end.alias("end_ts"),
-        (end - F.col("start_ts")).alias("duration_ms"),
-        "cause",
-        F.when(F.col("regained_ts").isNotNull(), F.lit("leader_applied"))
-        .when(F.col("deleted_ts").isNotNull(), F.lit("topic_deleted"))
+        F.col("first_loss.pos.ts").alias("start_ts"),
+        F.col("end.ts").alias("end_ts"),
+        (F.col("end.ts") - F.col("first_loss.pos.ts")).alias("duration_ms"),
+        F.col("first_loss.cause").alias("cause"),
+        F.when(F.col("end.change") == "regained", F.lit("leader_applied"))
+        .when(F.col("end.change") == "deleted", F.lit("topic_deleted"))
         .alias("end_cause"),
-        "lost_leader_epoch",
-        "new_leader",
-        "new_leader_epoch",
+        F.col("first_loss.epoch").alias("lost_leader_epoch"),
+        F.col("end.new_leader").alias("new_leader"),
+        F.col("end.epoch").alias("new_leader_epoch"),
     )
 
 

@@ -248,7 +248,16 @@ def violations(directory: pathlib.Path) -> dict[str, list[tuple[str, int]]]:
         _role(out, 540, 2, "t", 0, "follower", 1, 0, 3)
         _role(out, 550, 2, "t", 1, "stopped", 1, 7, 3)  # stopped keeps its epoch: not a regression
         _role(out, 560, 2, "t", 1, "follower", 1, 8, 3)
-        cited["leader_epoch_regression"] = [("broker-2.state-change.jsonl", 2), ("broker-2.state-change.jsonl", 3)]
+        # A restarted broker-3 may re-apply epoch 3 (its memory is gone), not go below it (line 4).
+        _role(out, 570, 3, "t", 2, "follower", 1, 3, 3)
+        out.record(575, "broker-3", "broker.started", broker_id=3)
+        _role(out, 580, 3, "t", 2, "follower", 1, 3, 3)
+        _role(out, 585, 3, "t", 2, "follower", 1, 2, 3)
+        cited["leader_epoch_regression"] = [
+            ("broker-2.state-change.jsonl", 2),
+            ("broker-2.state-change.jsonl", 3),
+            ("broker-3.state-change.jsonl", 4),
+        ]
 
         # unclean_election_without_permission: a clean election of 3 from ISR [1, 2] (line 4 of
         # controller-1); an unclean one and a new partition's are fine.
@@ -285,3 +294,94 @@ def malformed(directory: pathlib.Path) -> None:
     with HistoryWriter(directory) as out:
         for line, _reason in MALFORMED:
             out.raw("broker-1", line)
+
+
+def edge_cases(directory: pathlib.Path) -> None:
+    """Topic deleted and recreated, a broker restart, a zombie controller, an unfinished failover.
+
+    r-0 (only on broker 1) loses its leader at 1000 and its topic is deleted at 2000: one
+    interval [1000, 2000] ended by the deletion. r is recreated on broker 2 (leader epoch 0
+    again); broker 2 dies at 4000 (leader -1 at epoch 1), restarts, and applies leadership at
+    epoch 2 at 5004: one interval [4000, 5004]. A loss and a regain in the same millisecond
+    (q-0 at 5500, applied by broker 3 in that millisecond at epoch 1): [5500, 5500].
+    Controller 1 (epoch 1) is paused; controller 2 is elected at 6000 (vacancy seen at 5990) and
+    records live brokers [2, 3], both apply at 6003 and 6004; controller 1 resigns late, at 7000:
+    superseded at 6000. Controller 2 is killed; controller 3 is elected at 8000 (vacancy 7990)
+    with live brokers [2, 3]; only broker 2 applies: not converged, broker 3 missing.
+    """
+    c3 = "controller-3"
+    with HistoryWriter(directory) as out:
+        out.record(100, C1, "controller.elected", controller_id=1, controller_epoch=1, vacancy_ts=95)
+        _elected(out, 110, C1, 1, "r", 0, 1, 0, [1], [], "new")
+        _role(out, 112, 1, "r", 0, "leader", 1, 0, 1)
+        _elected(out, 120, C1, 1, "q", 0, 2, 0, [2, 3], [], "new")
+        _role(out, 122, 2, "q", 0, "leader", 2, 0, 1)
+        out.record(1000, C1, "broker.change", new=[], dead=[1], bounced=[], controller_epoch=1)
+        out.record(
+            1000,
+            C1,
+            "partition.offline",
+            topic="r",
+            partition=0,
+            leader=-1,
+            leader_epoch=1,
+            isr=[1],
+            prev_leader=1,
+            controller_epoch=1,
+        )
+        out.record(2000, C1, "topic.deleted", topic="r", controller_epoch=1)
+        _elected(out, 3000, C1, 1, "r", 0, 2, 0, [2], [], "new")
+        _role(out, 3005, 2, "r", 0, "leader", 2, 0, 1)
+        out.record(4000, C1, "broker.change", new=[], dead=[2], bounced=[], controller_epoch=1)
+        out.record(
+            4000,
+            C1,
+            "partition.offline",
+            topic="r",
+            partition=0,
+            leader=-1,
+            leader_epoch=1,
+            isr=[2],
+            prev_leader=2,
+            controller_epoch=1,
+        )
+        _elected(out, 4000, C1, 1, "q", 0, 3, 1, [3], [2, 3], "offline")
+        _role(out, 4002, 3, "q", 0, "leader", 3, 1, 1)
+        out.record(4500, "broker-2", "broker.started", broker_id=2)
+        out.record(4501, "broker-2", "broker.registered", broker_id=2, broker_epoch=900)
+        _elected(out, 5000, C1, 1, "r", 0, 2, 2, [2], [2], "offline")
+        _role(out, 5004, 2, "r", 0, "leader", 2, 2, 1)
+        _role(out, 5004, 2, "q", 0, "follower", 3, 1, 1)
+        # Same millisecond: broker 3's log sorts before the controller's by file name.
+        _role(out, 5500, 3, "q", 0, "leader", 3, 2, 1)
+        out.record(5500, C1, "broker.change", new=[], dead=[], bounced=[3], controller_epoch=1)
+        _elected(out, 5500, C1, 1, "q", 0, 3, 2, [3], [3], "offline")
+
+        out.record(6000, C2, "controller.elected", controller_id=2, controller_epoch=2, vacancy_ts=5990)
+        _request(out, C2, 2, 2, "UpdateMetadata", 1, 6001, 6003, rtt_ms=2.0)
+        out.record(
+            6002,
+            C2,
+            "controller.failover_completed",
+            controller_id=2,
+            controller_epoch=2,
+            load_ms=1.0,
+            live_brokers=[2, 3],
+        )
+        _request(out, C2, 2, 3, "UpdateMetadata", 2, 6002, 6004, rtt_ms=2.0)  # sent after the completion record
+        out.record(7000, C1, "controller.resigned", controller_id=1, controller_epoch=1, reason="session expired")
+
+        out.record(8000, c3, "controller.elected", controller_id=3, controller_epoch=3, vacancy_ts=7990)
+        out.record(
+            8001,
+            c3,
+            "controller.failover_completed",
+            controller_id=3,
+            controller_epoch=3,
+            load_ms=1.0,
+            live_brokers=[2, 3],
+        )
+        _request(out, c3, 3, 2, "UpdateMetadata", 1, 8002, 8003, rtt_ms=1.0)
+        out.record(
+            8002, c3, "request.sent", broker=3, api="UpdateMetadata", correlation_id=2, partitions=1, controller_epoch=3
+        )

@@ -34,6 +34,7 @@ def known(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any
     base = tmp_path_factory.mktemp("known")
     scenarios.clean_failover(base / "logs" / "clean")
     cited = scenarios.violations(base / "logs" / "broken")
+    scenarios.edge_cases(base / "logs" / "edge")
     out = base / "out"
     outcome = run(spark, [base / "logs"], out, cluster_by="dir")
     return {"outcome": outcome, "out": out, "cited": cited, "base": base}
@@ -54,11 +55,11 @@ def test_clean_history_has_no_violations_and_the_broken_one_has_each(known: dict
     assert clusters[cluster_name(known, "broken")]["violations"] == {
         "single_controller_per_epoch": 2,
         "stale_controller_epoch_applied": 1,
-        "leader_epoch_regression": 2,
+        "leader_epoch_regression": 3,
         "unclean_election_without_permission": 1,
     }
     assert known["outcome"].exit_code == 1
-    assert known["outcome"].summary["violations"]["leader_epoch_regression"] == 2
+    assert known["outcome"].summary["violations"]["leader_epoch_regression"] == 3
 
 
 def test_violations_cite_the_offending_records_by_file_and_line(spark: Any, known: dict[str, Any]) -> None:
@@ -115,6 +116,33 @@ def test_failover_phases_to_the_millisecond(spark: Any, known: dict[str, Any]) -
         (1, 1010, 7000, "superseded"),
         (2, 7000, None, "active"),
     ]
+
+
+def test_edge_cases(spark: Any, known: dict[str, Any]) -> None:
+    """Topic recreation, a broker restart, same-millisecond ties, a zombie, an unfinished failover."""
+    summary = known["outcome"].summary["clusters"][cluster_name(known, "edge")]
+    assert summary["violations"] == {name: 0 for name in schema.INVARIANTS}
+    intervals = sorted(
+        (r["topic"], r["partition"], r["start_ts"], r["end_ts"], r["cause"], r["end_cause"])
+        for r in rows_of(spark, known, "offline_intervals", "edge")
+    )
+    assert intervals == [
+        ("q", 0, 4000, 4002, "broker_deregistered", "leader_applied"),
+        ("q", 0, 5500, 5500, "broker_bounced", "leader_applied"),
+        ("r", 0, 1000, 2000, "broker_deregistered", "topic_deleted"),
+        ("r", 0, 4000, 5004, "broker_deregistered", "leader_applied"),
+    ]
+    tenures = sorted(rows_of(spark, known, "controller_tenures", "edge"), key=lambda t: t["controller_epoch"])
+    assert [(t["controller_id"], t["end_ts"], t["ended"]) for t in tenures] == [
+        (1, 6000, "superseded"),
+        (2, 8000, "superseded"),
+        (3, None, "active"),
+    ]
+    incidents = {r["controller_epoch"]: r for r in rows_of(spark, known, "failover_incidents", "edge")}
+    assert (incidents[2]["lost_ts"], incidents[2]["converged_ts"], incidents[2]["total_ms"]) == (5990, 6004, 14)
+    assert (incidents[2]["brokers"], incidents[2]["brokers_applied"]) == (2, 2)
+    assert (incidents[3]["brokers"], incidents[3]["brokers_applied"]) == (2, 1)
+    assert incidents[3]["converged_ts"] is None and incidents[3]["brokers_not_applied"] == [3]
 
 
 def test_leadership_timeline_and_request_latency(spark: Any, known: dict[str, Any]) -> None:
@@ -216,7 +244,7 @@ def test_cli_exit_codes(tmp_path: pathlib.Path) -> None:
     scenarios.violations(tmp_path / "broken")
     result = cli(str(tmp_path / "broken"), "--out", str(tmp_path / "out"), "--master", "local[1]")
     assert result.returncode == 1, result.stderr[-3000:]
-    assert "leader_epoch_regression 2" in result.stdout
+    assert "leader_epoch_regression 3" in result.stdout
     assert (tmp_path / "out" / "report.html").is_file()
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["violations"]["single_controller_per_epoch"] == 2
 
