@@ -285,10 +285,16 @@ async def test_health_and_reflection_on_both_servers(cluster_factory) -> None:
     }
     for address, service in expected.items():
         async with grpc.aio.insecure_channel(address) as channel:
-            health = await health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=service), timeout=5
-            )
-            assert health.status == health_pb2.HealthCheckResponse.SERVING
+
+            async def serving(channel: grpc.aio.Channel = channel, service: str = service) -> bool:
+                # A standby turns SERVING once its Startup event is processed, which may come
+                # a moment after the cluster has converged.
+                health = await health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(service=service), timeout=5
+                )
+                return bool(health.status == health_pb2.HealthCheckResponse.SERVING)
+
+            await eventually(serving, 20, what=f"{address} to serve {service}")
             call = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
                 iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
             )
