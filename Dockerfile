@@ -2,7 +2,8 @@
 # Build stage: generate the protobuf code and build a wheel.
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
-RUN pip install --no-cache-dir "grpcio-tools>=1.60" "mypy-protobuf>=3.5" "setuptools>=68" wheel
+# Pinned build tools: the generated code is the same on every build.
+RUN pip install --no-cache-dir grpcio-tools==1.85.1 mypy-protobuf==5.1.0 setuptools==84.2.1 wheel==0.48.0
 COPY pyproject.toml README.md ./
 COPY proto proto
 COPY scripts scripts
@@ -17,8 +18,9 @@ COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 USER 10001
 WORKDIR /var/lib/kcontroller
-# Controllers: gRPC 9190, metrics 9191. Brokers: gRPC 9092 (set KCONTROLLER_HEALTH_ADDRESS=127.0.0.1:9092).
-EXPOSE 9190 9191 9092
+# Controllers: gRPC 9190, metrics 9191. Brokers (entrypoint broker-stub): gRPC 9092, metrics 9093
+# (set KCONTROLLER_GRPC_LISTEN, KCONTROLLER_METRICS_LISTEN and KCONTROLLER_HEALTH_ADDRESS).
+EXPOSE 9190 9191 9092 9093
 ENV KCONTROLLER_GRPC_LISTEN=0.0.0.0:9190 \
     KCONTROLLER_METRICS_LISTEN=0.0.0.0:9191 \
     KCONTROLLER_HEALTH_ADDRESS=127.0.0.1:9190

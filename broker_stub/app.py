@@ -8,12 +8,12 @@ import signal
 
 import grpc
 
+from broker_stub import metrics
 from broker_stub.registration import BrokerRegistration
 from broker_stub.server import SERVICE_NAME, BrokerControlService
 from broker_stub.shutdown import ShutdownSettings, controlled_shutdown
 from broker_stub.state import BrokerState
 from controller_svc import grpc_common
-from controller_svc.app import _advertised
 from controller_svc.config import Config
 from controller_svc.errors import ControllerError
 from controller_svc.model import BrokerInfo, EndPoint
@@ -35,14 +35,20 @@ async def run_broker(config: Config) -> int:
 
     server = grpc.aio.server(options=grpc_common.SERVER_OPTIONS)
     port = grpc_common.bind(server, config.str("grpc.listen"))
-    host, _, _ = _advertised(config.str("grpc.listen"), config.str("grpc.advertised.host"), port).rpartition(":")
+    host, _, _ = grpc_common.advertised(config.str("grpc.listen"), config.str("grpc.advertised.host"), port).rpartition(
+        ":"
+    )
     service = BrokerControlService(state, state_log, catchup_delay_s=config.int("replica.catchup.delay.ms") / 1000.0)
     broker_pb2_grpc.add_BrokerControlServicer_to_server(service, server)
     health = grpc_common.Health(server, [SERVICE_NAME])
     grpc_common.enable_reflection(server, [SERVICE_NAME])
     await health.set_serving(False)
     await server.start()
-    log.info("broker %d: gRPC on %s:%d", broker_id, host, port)
+    metrics_host, _, metrics_port_text = config.str("metrics.listen").rpartition(":")
+    metrics_port = int(metrics_port_text) or grpc_common.free_port(metrics_host)
+    grpc_common.serve_metrics(metrics_host, metrics_port)
+    metrics.BROKER_EPOCH.set(-1)
+    log.info("broker %d: gRPC on %s:%d, metrics on %s:%d", broker_id, host, port, metrics_host, metrics_port)
 
     info = BrokerInfo(
         broker_id=broker_id,
@@ -58,12 +64,15 @@ async def run_broker(config: Config) -> int:
         epoch = await registration.register()
         state.broker_epoch = epoch
         state.registered = True
+        metrics.BROKER_EPOCH.set(epoch)
+        metrics.REGISTERED.set(1)
         state_log.record("broker.registered", broker_id=broker_id, broker_epoch=epoch)
         log.info("broker %d registered with broker epoch %d", broker_id, epoch)
         await health.set_serving(True)
 
     def session_lost() -> None:
         state.registered = False
+        metrics.REGISTERED.set(0)
 
     def new_session() -> None:
         nonlocal reregister_task

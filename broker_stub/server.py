@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import grpc
 
-from broker_stub import isr, replica_manager
+from broker_stub import isr, metrics, replica_manager
 from broker_stub.state import BrokerState
 from controller_svc.errors import ControllerError, ErrorCode
 from controller_svc.model import TopicPartition
@@ -42,7 +42,10 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
 
     def _record(self, api: str, request: ControlRequest, result: replica_manager.ApplyResult) -> None:
         controller_epoch = int(request.controller_epoch)
+        metrics.REQUESTS.labels(api, "applied" if result.applied else "rejected").inc()
+        self._update_gauges()
         if not result.applied:
+            metrics.REJECTED.labels(api, result.error.name).inc()
             self.rejected[int(result.error)] = self.rejected.get(int(result.error), 0) + 1
             log.warning(
                 "rejected %s from controller %d epoch %d (broker epoch %d): %s (we are at controller epoch %d, "
@@ -76,6 +79,16 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
                 isr=list(role.isr),
                 controller_epoch=controller_epoch,
             )
+
+    def _update_gauges(self) -> None:
+        state = self.state
+        metrics.CONTROLLER_EPOCH.set(state.controller_epoch)
+        metrics.CONTROLLER_ID.set(state.controller_id)
+        metrics.BROKER_EPOCH.set(state.broker_epoch)
+        metrics.PARTITION_COUNT.set(sum(1 for role in state.roles.values() if role.role != "stopped"))
+        metrics.LEADER_COUNT.set(
+            sum(1 for role in state.roles.values() if role.role == "leader" and role.leader == state.broker_id)
+        )
 
     async def UpdateMetadata(
         self, request: broker_pb2.UpdateMetadataRequest, context: grpc.aio.ServicerContext

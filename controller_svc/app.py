@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import socket
 
 import grpc
 
@@ -21,15 +20,6 @@ from kcontroller.v1 import controller_pb2_grpc
 log = logging.getLogger(__name__)
 
 
-def _advertised(listen: str, advertised_host: str, port: int) -> str:
-    host = listen.rpartition(":")[0]
-    if advertised_host:
-        host = advertised_host
-    elif host in ("0.0.0.0", "", "[::]"):
-        host = "127.0.0.1"
-    return f"{host}:{port}"
-
-
 async def run_controller(config: Config) -> int:
     controller_id = config.int("controller.id")
     node = f"controller-{controller_id}"
@@ -37,13 +27,15 @@ async def run_controller(config: Config) -> int:
 
     server = grpc.aio.server(options=grpc_common.SERVER_OPTIONS)
     grpc_port = grpc_common.bind(server, config.str("grpc.listen"))
-    grpc_endpoint = _advertised(config.str("grpc.listen"), config.str("grpc.advertised.host"), grpc_port)
+    grpc_endpoint = grpc_common.advertised(config.str("grpc.listen"), config.str("grpc.advertised.host"), grpc_port)
     metrics_host, _, metrics_port_text = config.str("metrics.listen").rpartition(":")
     metrics_port = int(metrics_port_text)
     if metrics_port == 0:
-        metrics_port = _free_port(metrics_host)
+        metrics_port = grpc_common.free_port(metrics_host)
     metrics.serve(metrics_host, metrics_port)
-    metrics_endpoint = _advertised(config.str("metrics.listen"), config.str("grpc.advertised.host"), metrics_port)
+    metrics_endpoint = grpc_common.advertised(
+        config.str("metrics.listen"), config.str("grpc.advertised.host"), metrics_port
+    )
 
     controller: Controller | None = None
 
@@ -105,9 +97,3 @@ async def run_controller(config: Config) -> int:
     await server.stop(grace=1.0)
     state_log.close()
     return 0
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host or "127.0.0.1", 0))
-        return int(s.getsockname()[1])

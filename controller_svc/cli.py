@@ -19,6 +19,11 @@ def _add_config_args(parser: argparse.ArgumentParser, keys: tuple[cfg.Key, ...])
         default=[],
         help="set one config key (repeatable); wins over the file and KCONTROLLER_* environment variables",
     )
+    parser.add_argument(
+        "--check-config",
+        action="store_true",
+        help="validate the configuration (defaults, file, environment, flags), print it and exit: 0 valid, 2 not",
+    )
     parser.epilog = "config keys:\n" + cfg.describe(keys)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
@@ -38,6 +43,11 @@ def run_process(kind: str, args: argparse.Namespace) -> int:
     except cfg.ConfigError as e:
         print(f"{kind}: bad configuration: {e}", file=sys.stderr)
         return 2
+    if getattr(args, "check_config", False):
+        print(f"{kind}: configuration OK")
+        for key in keys:
+            print(f"  {key.name}={config[key.name]}")
+        return 0
     node_id = config.int("controller.id" if kind == "controller" else "broker.id")
     logging_setup.setup(f"{kind}-{node_id}", config.str("log.level"), config.str("log.format"))
     if kind == "controller":
@@ -100,6 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli_admin.register(sub, topics_sub)
     cli_analyze.register(sub)
 
+    describe = sub.add_parser(
+        "describe", help="the cluster as a table: controller, epoch, brokers, offline and under-replicated partitions"
+    )
+    cli_topics.add_target_args(describe)
+
     health = sub.add_parser("health", help="gRPC health check of a controller or broker (exit 0 when SERVING)")
     health.add_argument(
         "--address",
@@ -113,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cli_topics.run(args)
     if args.command in ("reassign", "elect-leaders"):
         return cli_admin.run(args)
+    if args.command == "describe":
+        return describe_cluster(args)
     if args.command == "analyze":
         return cli_analyze.run(args)
     if args.command == "health":
@@ -127,6 +144,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_demo(args.dir, args.session_timeout_ms, analyse_logs=not args.no_analysis)
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+def describe_cluster(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from controller_svc.admin_client import AdminError
+    from controller_svc.cli_topics import client_of
+    from controller_svc.cluster_table import format_cluster
+
+    try:
+        description = uvloop.run(client_of(args).describe_cluster(include_partitions=True))
+    except AdminError as e:
+        print(f"describe: {e}", file=sys.stderr)
+        return 1
+    print(format_cluster(description))
+    return 0
 
 
 def check_health(address: str, timeout_s: float) -> int:

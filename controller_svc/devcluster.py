@@ -214,12 +214,27 @@ def up(
                 }
             )
         for broker_id in range(1, brokers + 1):
-            grpc_port = zookeeper_launcher.free_port()
+            grpc_port, metrics_port = zookeeper_launcher.free_port(), zookeeper_launcher.free_port()
             command = node_command(
-                "broker", broker_id, zookeeper, str(logs), grpc_port, 0, session_timeout_ms, broker_overrides or {}
+                "broker",
+                broker_id,
+                zookeeper,
+                str(logs),
+                grpc_port,
+                metrics_port,
+                session_timeout_ms,
+                broker_overrides or {},
             )
             pid = spawn_node(command, logs / f"broker-{broker_id}.log")
-            spec["brokers"].append({"id": broker_id, "pid": pid, "grpc": f"127.0.0.1:{grpc_port}", "command": command})
+            spec["brokers"].append(
+                {
+                    "id": broker_id,
+                    "pid": pid,
+                    "grpc": f"127.0.0.1:{grpc_port}",
+                    "metrics": f"127.0.0.1:{metrics_port}",
+                    "command": command,
+                }
+            )
         write_spec(base, spec)
         if wait:
             uvloop.run(wait_converged(spec, wait_s))
@@ -296,4 +311,12 @@ def format_status(spec: dict[str, Any], snap: ClusterSnapshot) -> str:
 
 def status(directory: str) -> str:
     spec = read_spec(directory)
-    return format_status(spec, uvloop.run(snapshot(spec)))
+    text = format_status(spec, uvloop.run(snapshot(spec)))
+    try:
+        from controller_svc.admin_client import AdminClient
+        from controller_svc.cluster_table import format_cluster
+
+        description = uvloop.run(AdminClient(zookeeper=spec["zookeeper"]).describe_cluster(include_partitions=True))
+    except Exception as e:  # status must print what it has, whatever state the cluster is in
+        return f"{text}\n\n(no cluster description from the active controller: {e})"
+    return f"{text}\n\n{format_cluster(description)}"

@@ -327,6 +327,7 @@ class EventManager:
             event = queued.event
             self.current = event
             metrics.CONTROLLER_STATE.set(int(event.state))
+            started = self._clock()
             try:
                 if isinstance(event, ShutdownEventThread):
                     return
@@ -340,6 +341,7 @@ class EventManager:
                 log.exception("error processing event %r", event)
                 event.fail(error)
             finally:
+                metrics.observe_state_time(int(event.state), (self._clock() - started) * 1000.0)
                 self.current = None
                 self.processed_count += 1
                 metrics.CONTROLLER_STATE.set(int(ControllerState.IDLE))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 
 import grpc
@@ -32,6 +33,29 @@ def enable_reflection(server: grpc.aio.Server, service_names: Sequence[str]) -> 
         [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
         server,
     )
+
+
+def advertised(listen: str, advertised_host: str, port: int) -> str:
+    """The host:port to publish for a server listening on `listen` (a wildcard host publishes 127.0.0.1)."""
+    host = listen.rpartition(":")[0]
+    if advertised_host:
+        host = advertised_host
+    elif host in ("0.0.0.0", "", "[::]"):
+        host = "127.0.0.1"
+    return f"{host}:{port}"
+
+
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host or "127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def serve_metrics(host: str, port: int) -> None:
+    """Expose the process' Prometheus registry on http://host:port/metrics (a daemon thread)."""
+    from prometheus_client import start_http_server
+
+    start_http_server(port, addr=host)
 
 
 def bind(server: grpc.aio.Server, listen: str) -> int:

@@ -68,11 +68,40 @@ PREFERRED_REPLICA_IMBALANCE = Gauge(
 UNCLEAN_LEADER_ELECTIONS = Counter(
     "kafka_controller_controllerstats_uncleanleaderelectionspersec", "Unclean leader elections"
 )
-STATE_RATE_AND_TIME_MS = Summary(
-    "kafka_controller_controllerstats_rateandtimems",
-    "Time spent per controller state (Kafka's <State>RateAndTimeMs)",
-    ["state"],
-)
+# Kafka's ControllerState.rateAndTimeMetricName: one timer per state (Idle has none), e.g.
+# kafka.controller:type=ControllerStats,name=LeaderElectionRateAndTimeMs for BrokerChange.
+STATE_TIMER_NAMES = {
+    1: "ControllerChangeRateAndTimeMs",
+    2: "LeaderElectionRateAndTimeMs",
+    3: "TopicChangeRateAndTimeMs",
+    4: "TopicDeletionRateAndTimeMs",
+    5: "PartitionReassignmentRateAndTimeMs",
+    6: "AutoLeaderBalanceRateAndTimeMs",
+    7: "ManualLeaderBalanceRateAndTimeMs",
+    8: "ControlledShutdownRateAndTimeMs",
+    9: "IsrChangeRateAndTimeMs",
+    10: "LeaderAndIsrResponseReceivedRateAndTimeMs",
+    11: "LogDirChangeRateAndTimeMs",
+    12: "ControllerShutdownRateAndTimeMs",
+    13: "UncleanLeaderElectionEnableRateAndTimeMs",
+    14: "TopicUncleanLeaderElectionEnableRateAndTimeMs",
+    15: "ListPartitionReassignmentRateAndTimeMs",
+    16: "UpdateMetadataResponseReceivedRateAndTimeMs",
+}
+STATE_RATE_AND_TIME_MS = {
+    state: Summary(
+        f"kafka_controller_controllerstats_{name.lower()}", f"Time spent handling events in {name[:-13]} (ms)"
+    )
+    for state, name in STATE_TIMER_NAMES.items()
+}
+
+
+def observe_state_time(state: int, millis: float) -> None:
+    timer = STATE_RATE_AND_TIME_MS.get(state)
+    if timer is not None:
+        timer.observe(millis)
+
+
 ADMIN_REQUEST_ERRORS = Counter(
     "kcontroller_admin_request_errors_total", "Admin requests refused, by API and Kafka error", ["api", "error"]
 )

@@ -1,0 +1,134 @@
+"""The container artefacts without a Docker engine: the Dockerfile passes hadolint, the image's
+exact entrypoint serves (health check included) and stops on SIGTERM outside a container, and
+the compose file names only commands and settings that exist."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import yaml
+
+from controller_svc import zookeeper_launcher
+from tests.integration.harness import eventually
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "Dockerfile"
+COMPOSE = ROOT / "deploy" / "compose.yaml"
+BIN = pathlib.Path(sys.executable).parent
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name) or str(BIN / name)
+    assert pathlib.Path(found).exists(), f"{name} is not installed (./dev setup installs it)"
+    return found
+
+
+def runtime_stage() -> dict[str, Any]:
+    """ENV, HEALTHCHECK, ENTRYPOINT and CMD of the Dockerfile's last stage (exec forms)."""
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    last = text[text.rindex("\nFROM ") :]
+    result: dict[str, Any] = {"env": {}}
+    for line in last.splitlines():
+        instruction, _, rest = line.strip().partition(" ")
+        if instruction == "ENV":
+            result["env"].update(dict(re.findall(r"(\w+)=(\S+)", rest)))
+        elif instruction == "HEALTHCHECK":
+            result["healthcheck"] = json.loads(rest[rest.index("CMD") + 3 :].strip())
+        elif instruction in ("ENTRYPOINT", "CMD", "USER"):
+            result[instruction.lower()] = json.loads(rest) if instruction != "USER" else rest
+    return result
+
+
+def test_dockerfile_passes_hadolint() -> None:
+    result = subprocess.run([tool("hadolint"), str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_image_is_non_root_with_exec_form_entrypoint_and_health_check() -> None:
+    stage = runtime_stage()
+    assert stage["user"] not in ("", "0", "root")
+    assert isinstance(stage["entrypoint"], list) and stage["entrypoint"] == ["controller-svc"]
+    assert stage["healthcheck"] == ["controller-svc", "health"]
+    assert DOCKERFILE.read_text().count("\nFROM ") + DOCKERFILE.read_text().startswith("FROM ") >= 2  # multi-stage
+
+
+async def test_image_entrypoint_starts_serves_and_stops_on_sigterm(chroot_connect: str) -> None:
+    stage = runtime_stage()
+    grpc_port, metrics_port = zookeeper_launcher.free_port(), zookeeper_launcher.free_port()
+    env = {
+        **os.environ,
+        **stage["env"],
+        # Only the ports differ from the image: tests run side by side on one host.
+        "KCONTROLLER_GRPC_LISTEN": f"127.0.0.1:{grpc_port}",
+        "KCONTROLLER_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
+        "KCONTROLLER_HEALTH_ADDRESS": f"127.0.0.1:{grpc_port}",
+        "KCONTROLLER_ZOOKEEPER_CONNECT": chroot_connect,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    command = [*stage["entrypoint"], *stage["cmd"]]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+
+        async def healthy() -> bool:
+            check = await asyncio.to_thread(
+                subprocess.run, stage["healthcheck"], env=env, capture_output=True, timeout=10
+            )
+            return check.returncode == 0
+
+        await eventually(healthy, 60, what="the image's HEALTHCHECK to pass")
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(process.wait, 30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_compose_file_has_the_cluster_and_only_existing_commands() -> None:
+    compose = yaml.safe_load(COMPOSE.read_text())
+    services: dict[str, Any] = compose["services"]
+    zookeepers = [name for name, s in services.items() if str(s.get("image", "")).startswith("zookeeper")]
+    controllers = [name for name in services if name.startswith("controller-")]
+    brokers = [name for name in services if name.startswith("broker-")]
+    assert (len(zookeepers), len(controllers), len(brokers)) == (3, 3, 3)
+    entrypoint = runtime_stage()["entrypoint"]
+    for name in controllers + brokers:
+        service = services[name]
+        argv = [*(service.get("entrypoint") or entrypoint), *service["command"]]
+        # The exact command of the service, validated by the program itself.
+        result = subprocess.run(
+            [str(BIN / argv[0]), *argv[1:], "--check-config"],
+            env={**os.environ, **{k: str(v) for k, v in service["environment"].items()}},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, f"{name}: {result.stdout}{result.stderr}"
+        assert "configuration OK" in result.stdout
+        assert service["environment"]["KCONTROLLER_ZOOKEEPER_CONNECT"] == "zk1:2181,zk2:2181,zk3:2181"
+    for name in brokers:
+        # Controlled shutdown (30 s by default) must finish before Docker's SIGKILL.
+        grace = int(str(services[name]["stop_grace_period"]).rstrip("s"))
+        assert grace > 30, name
+
+
+@pytest.mark.parametrize("bad", ["zookeeper.session.timeout.ms=-1", "grpc.listen=nowhere", "no.such.key=1"])
+def test_bad_configuration_names_the_key_and_exits_2(bad: str) -> None:
+    result = subprocess.run(
+        [str(BIN / "controller-svc"), "controller", "--override", bad, "--check-config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert bad.split("=")[0] in result.stderr

@@ -1,0 +1,140 @@
+"""Issue 6 with real clients: grpcurl against both services of a live cluster, Prometheus
+scrapes of every controller and broker before and after a failover."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import urllib.request
+from typing import Any
+
+from tests.integration.harness import brokers_agree_with_controller, create_topic, eventually
+
+
+def grpcurl(*args: str, data: dict[str, Any] | None = None) -> str:
+    binary = shutil.which("grpcurl") or str(pathlib.Path(sys.executable).parent / "grpcurl")
+    command = [binary, "-plaintext", *(["-d", json.dumps(data)] if data is not None else []), *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, f"{' '.join(command)}: {result.stderr}"
+    return result.stdout
+
+
+def scrape(address: str) -> dict[str, float]:
+    """Every sample of a /metrics page, keyed by name{labels}."""
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+async def test_grpcurl_lists_describes_and_calls_both_services(cluster_factory: Any) -> None:
+    cluster = await cluster_factory(controllers=2, brokers=2)
+    snap = await cluster.converged()
+    assert (await create_topic(cluster, "g", partitions=2, replication_factor=2)).error_code == 0
+    await eventually(lambda: brokers_agree_with_controller(cluster, "g", [1, 2]), 30, what="g online")
+    active = cluster.controller(snap.controller_id)["grpc"]
+    broker = cluster.broker(1)["grpc"]
+
+    services = await asyncio.to_thread(grpcurl, active, "list")
+    assert {"kcontroller.v1.Controller", "grpc.health.v1.Health"} <= set(services.split())
+    described = await asyncio.to_thread(grpcurl, active, "describe", "kcontroller.v1.Controller")
+    for rpc in ("DescribeCluster", "CreateTopics", "ElectLeaders", "ControlledShutdown"):
+        assert f"rpc {rpc}" in described
+    cluster_view = json.loads(
+        await asyncio.to_thread(grpcurl, active, "kcontroller.v1.Controller/DescribeCluster", data={})
+    )
+    assert cluster_view.get("responder_active") is True, cluster_view
+    assert cluster_view["controller_epoch"] == snap.controller_epoch
+    elected = json.loads(
+        await asyncio.to_thread(
+            grpcurl,
+            active,
+            "kcontroller.v1.Controller/ElectLeaders",
+            data={"election_type": "PREFERRED", "partitions": [{"topic": "g", "partition": 0}]},
+        )
+    )
+    (result,) = elected["partitions"]
+    assert result["topic"] == "g" and result.get("error_code", 0) in (0, 84)  # NONE or ELECTION_NOT_NEEDED
+
+    services = await asyncio.to_thread(grpcurl, broker, "list")
+    assert "kcontroller.v1.BrokerControl" in services.split()
+    assert "rpc DescribeBroker" in await asyncio.to_thread(grpcurl, broker, "describe", "kcontroller.v1.BrokerControl")
+    described_broker = json.loads(
+        await asyncio.to_thread(grpcurl, broker, "kcontroller.v1.BrokerControl/DescribeBroker", data={})
+    )
+    assert described_broker["broker_id"] == 1
+    assert described_broker["controller_epoch"] == snap.controller_epoch
+    health = json.loads(
+        await asyncio.to_thread(
+            grpcurl, broker, "grpc.health.v1.Health/Check", data={"service": "kcontroller.v1.BrokerControl"}
+        )
+    )
+    assert health["status"] == "SERVING"
+
+
+async def test_metrics_after_a_failover_show_the_new_controller_and_epoch(cluster_factory: Any) -> None:
+    cluster = await cluster_factory(controllers=3, brokers=2)
+    first = await cluster.converged()
+    assert (await create_topic(cluster, "m", partitions=4, replication_factor=2)).error_code == 0
+    await eventually(lambda: brokers_agree_with_controller(cluster, "m", [1, 2]), 30, what="m online")
+    active_metric = "kafka_controller_kafkacontroller_activecontrollercount"
+
+    async def controller_metrics(ids: list[int]) -> dict[int, dict[str, float]]:
+        return {i: await asyncio.to_thread(scrape, cluster.controller(i)["metrics"]) for i in ids}
+
+    before = await controller_metrics([1, 2, 3])
+    assert sum(m[active_metric] for m in before.values()) == 1
+    assert before[first.controller_id][active_metric] == 1
+    assert before[first.controller_id]["kcontroller_controller_epoch"] == first.controller_epoch
+    assert before[first.controller_id]["kafka_controller_kafkacontroller_globalpartitioncount"] == 4
+    assert before[first.controller_id]["kafka_controller_kafkacontroller_offlinepartitionscount"] == 0
+
+    cluster.kill(cluster.controller(first.controller_id))
+    second = await cluster.converged(min_epoch=first.controller_epoch + 1)
+    survivors = [i for i in (1, 2, 3) if i != first.controller_id]
+
+    async def one_active() -> bool:
+        scraped = await controller_metrics(survivors)
+        return sum(m[active_metric] for m in scraped.values()) == 1
+
+    await eventually(one_active, 20, what="exactly one active controller in the metrics")
+    after = await controller_metrics(survivors)
+    new = after[second.controller_id]
+    assert new[active_metric] == 1
+    assert new["kcontroller_controller_epoch"] == second.controller_epoch
+    assert new["kafka_controller_controllerstats_controllerchangerateandtimems_count"] >= 1
+    assert new["kafka_controller_kafkacontroller_globaltopiccount"] == 1
+    assert any(re.match(r"kafka_controller_controllerchannelmanager_queuesize\{", k) for k in new)
+
+    leaders = 0.0
+    described = None
+    for broker_id in (1, 2):
+        broker = await asyncio.to_thread(scrape, cluster.broker(broker_id)["metrics"])
+        described = await cluster.describe_broker(broker_id)
+        assert described is not None
+        assert broker["kcontroller_broker_controller_epoch"] == second.controller_epoch
+        assert broker["kcontroller_broker_epoch"] == described.broker_epoch
+        assert broker["kcontroller_broker_registered"] == 1
+        assert broker["kafka_server_replicamanager_partitioncount"] == 4
+        leaders += broker["kafka_server_replicamanager_leadercount"]
+    assert leaders == 4
+
+    # A request from the dead controller's epoch is rejected, and counted by error code.
+    described = await cluster.describe_broker(1)
+    response = await cluster.send_update_metadata(
+        1, first.controller_id, first.controller_epoch, int(described.broker_epoch) if described else 0
+    )
+    assert response.error_code == 11
+    broker = await asyncio.to_thread(scrape, cluster.broker(1)["metrics"])
+    assert (
+        broker['kcontroller_broker_rejected_requests_total{api="UpdateMetadata",error="STALE_CONTROLLER_EPOCH"}'] >= 1
+    )
