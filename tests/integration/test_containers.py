@@ -76,22 +76,24 @@ async def test_image_entrypoint_starts_serves_and_stops_on_sigterm(chroot_connec
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     command = [*stage["entrypoint"], *stage["cmd"]]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = await asyncio.create_subprocess_exec(
+        *command, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
     try:
 
         async def healthy() -> bool:
-            check = await asyncio.to_thread(
-                subprocess.run, stage["healthcheck"], env=env, capture_output=True, timeout=10
+            check = await asyncio.create_subprocess_exec(
+                *stage["healthcheck"], env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
             )
-            return check.returncode == 0
+            return await check.wait() == 0
 
         await eventually(healthy, 60, what="the image's HEALTHCHECK to pass")
         process.send_signal(signal.SIGTERM)
-        assert await asyncio.to_thread(process.wait, 30) == 0
+        assert await asyncio.wait_for(process.wait(), 30) == 0
     finally:
-        if process.poll() is None:
+        if process.returncode is None:
             process.kill()
-            process.wait()
+            await process.wait()
 
 
 def test_compose_file_has_the_cluster_and_only_existing_commands() -> None:
