@@ -13,7 +13,7 @@ from broker_stub.registration import BrokerRegistration
 from broker_stub.server import SERVICE_NAME, BrokerControlService
 from broker_stub.shutdown import ShutdownSettings, controlled_shutdown
 from broker_stub.state import BrokerState
-from controller_svc import grpc_common
+from controller_svc import grpc_common, tls
 from controller_svc.config import Config
 from controller_svc.errors import ControllerError
 from controller_svc.model import BrokerInfo, EndPoint
@@ -33,8 +33,14 @@ async def run_broker(config: Config) -> int:
     state = BrokerState(broker_id, log_dirs=log_dirs)
     state_log.record("broker.started", broker_id=broker_id)
 
-    server = grpc.aio.server(options=grpc_common.SERVER_OPTIONS)
-    port = grpc_common.bind(server, config.str("grpc.listen"))
+    tls_files = tls.load(config.values)
+    interceptors = []
+    if tls_files is not None:
+        # Control RPCs (and the debug ones) only from the controllers' certificates.
+        allowed = tls.parse_identities(config.str("broker.controller.identities"))
+        interceptors.append(tls.Authorizer({f"/{SERVICE_NAME}/": allowed}))
+    server = grpc.aio.server(options=grpc_common.SERVER_OPTIONS, interceptors=interceptors)
+    port = grpc_common.bind(server, config.str("grpc.listen"), tls_files)
     host, _, _ = grpc_common.advertised(config.str("grpc.listen"), config.str("grpc.advertised.host"), port).rpartition(
         ":"
     )
@@ -124,6 +130,7 @@ async def run_broker(config: Config) -> int:
                 max_retries=config.int("controlled.shutdown.max.retries"),
                 retry_backoff_s=config.int("controlled.shutdown.retry.backoff.ms") / 1000.0,
                 timeout_s=config.int("controlled.shutdown.timeout.ms") / 1000.0,
+                tls=tls_files,
             ),
             state_log,
         )

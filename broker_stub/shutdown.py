@@ -21,6 +21,7 @@ from controller_svc import grpc_common
 from controller_svc.admin_client import AdminError, read_active_endpoint
 from controller_svc.errors import ControllerError, ErrorCode
 from controller_svc.state_change_log import StateChangeLog
+from controller_svc.tls import TlsFiles, aio_channel
 from controller_svc.zk.client import ZkClient
 from kcontroller.v1 import controller_pb2, controller_pb2_grpc
 
@@ -32,6 +33,7 @@ class ShutdownSettings:
     max_retries: int
     retry_backoff_s: float
     timeout_s: float
+    tls: TlsFiles | None = None
 
 
 async def _controller_address(zk: ZkClient, state: BrokerState, timeout_s: float) -> str | None:
@@ -59,7 +61,7 @@ async def controlled_shutdown(
             log.warning("controlled shutdown attempt %d: no controller known", attempts)
         else:
             try:
-                async with grpc.aio.insecure_channel(address, options=grpc_common.CLIENT_OPTIONS) as channel:
+                async with aio_channel(address, settings.tls, grpc_common.CLIENT_OPTIONS) as channel:
                     response = await controller_pb2_grpc.ControllerStub(channel).ControlledShutdown(
                         controller_pb2.ControlledShutdownRequest(
                             broker_id=state.broker_id, broker_epoch=state.broker_epoch

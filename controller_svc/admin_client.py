@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from controller_svc import grpc_common
+from controller_svc import grpc_common, tls
 from controller_svc.errors import ControllerError, CorruptZnodeError, ErrorCode
 from controller_svc.zk import codecs, paths
 from controller_svc.zk.client import ZkClient
@@ -71,7 +71,15 @@ def zookeeper_of_cluster_dir(directory: str) -> str:
 
 
 class AdminClient:
-    def __init__(self, controller: str | None = None, zookeeper: str | None = None, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        controller: str | None = None,
+        zookeeper: str | None = None,
+        timeout_s: float = 30.0,
+        tls_files: tls.TlsFiles | None = None,
+    ) -> None:
+        # Mutual TLS from KCONTROLLER_GRPC_TLS_* unless given (the CLI's admin certificate).
+        self.tls = tls_files if tls_files is not None else tls.from_env()
         if not controller and not zookeeper:
             raise AdminError("give a controller address or a ZooKeeper connect string")
         self.controller = controller
@@ -90,7 +98,7 @@ class AdminClient:
     ) -> T:
         address = await self._address()
         for _ in range(MAX_REDIRECTS + 1):
-            async with grpc.aio.insecure_channel(address, options=grpc_common.CLIENT_OPTIONS) as channel:
+            async with tls.aio_channel(address, self.tls, grpc_common.CLIENT_OPTIONS) as channel:
                 try:
                     response = await method(controller_pb2_grpc.ControllerStub(channel))(
                         request, timeout=self.timeout_s

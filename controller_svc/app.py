@@ -8,7 +8,8 @@ import signal
 
 import grpc
 
-from controller_svc import grpc_common, metrics
+from controller_svc import grpc_common, metrics, tls
+from controller_svc.channel_manager import tls_client_factory
 from controller_svc.config import Config
 from controller_svc.controller import Controller, ControllerSettings
 from controller_svc.server import SERVICE_NAME, ControllerService
@@ -19,14 +20,38 @@ from kcontroller.v1 import controller_pb2_grpc
 
 log = logging.getLogger(__name__)
 
+# The Controller service's admin RPCs (ControlledShutdown is the brokers').
+ADMIN_METHODS = (
+    "DescribeCluster",
+    "CreateTopics",
+    "DeleteTopics",
+    "AlterPartitionReassignments",
+    "ListPartitionReassignments",
+    "ElectLeaders",
+)
+
 
 async def run_controller(config: Config) -> int:
     controller_id = config.int("controller.id")
     node = f"controller-{controller_id}"
     state_log = StateChangeLog(config.str("state.change.log.dir") or None, node)
 
-    server = grpc.aio.server(options=grpc_common.SERVER_OPTIONS)
-    grpc_port = grpc_common.bind(server, config.str("grpc.listen"))
+    tls_files = tls.load(config.values)
+    interceptors = []
+    if tls_files is not None:
+        admin = tls.parse_identities(config.str("controller.admin.identities"))
+        interceptors.append(
+            tls.Authorizer(
+                {
+                    **{f"/{SERVICE_NAME}/{method}": admin for method in ADMIN_METHODS},
+                    f"/{SERVICE_NAME}/ControlledShutdown": tls.parse_identities(
+                        config.str("controller.broker.identities")
+                    ),
+                }
+            )
+        )
+    server = grpc.aio.server(options=grpc_common.SERVER_OPTIONS, interceptors=interceptors)
+    grpc_port = grpc_common.bind(server, config.str("grpc.listen"), tls_files)
     grpc_endpoint = grpc_common.advertised(config.str("grpc.listen"), config.str("grpc.advertised.host"), grpc_port)
     metrics_host, _, metrics_port_text = config.str("metrics.listen").rpartition(":")
     metrics_port = int(metrics_port_text)
@@ -67,7 +92,7 @@ async def run_controller(config: Config) -> int:
         leader_imbalance_per_broker_percentage=config.int("leader.imbalance.per.broker.percentage"),
         leader_imbalance_check_interval_s=float(config.int("leader.imbalance.check.interval.seconds")),
     )
-    controller = Controller(settings, zk, state_log)
+    controller = Controller(settings, zk, state_log, client_factory=tls_client_factory(tls_files))
     controller_pb2_grpc.add_ControllerServicer_to_server(ControllerService(controller), server)
     health = grpc_common.Health(server, [SERVICE_NAME])
     grpc_common.enable_reflection(server, [SERVICE_NAME])

@@ -23,6 +23,7 @@ from controller_svc.model import BrokerInfo
 from controller_svc.request_batch import PreSerialized
 from controller_svc.state_change_log import StateChangeLog
 from controller_svc.tasks import cancel_and_wait, spawn
+from controller_svc.tls import TlsFiles, aio_channel
 from kcontroller.v1 import broker_pb2, broker_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -46,10 +47,11 @@ class BrokerClient(Protocol):
 
 
 class GrpcBrokerClient:
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, tls: TlsFiles | None = None) -> None:
         self.address = address
-        self._channel = grpc.aio.insecure_channel(
+        self._channel = aio_channel(
             address,
+            tls,
             options=[
                 ("grpc.max_send_message_length", 256 * 1024 * 1024),
                 ("grpc.max_receive_message_length", 256 * 1024 * 1024),
@@ -89,11 +91,16 @@ class GrpcBrokerClient:
 ClientFactory = Callable[[BrokerInfo], BrokerClient]
 
 
-def grpc_client_factory(info: BrokerInfo) -> BrokerClient:
+def grpc_client_factory(info: BrokerInfo, tls: TlsFiles | None = None) -> BrokerClient:
     endpoint = info.control_endpoint()
     if endpoint is None:
         raise ValueError(f"broker {info.broker_id} has no endpoint")
-    return GrpcBrokerClient(endpoint.address())
+    return GrpcBrokerClient(endpoint.address(), tls)
+
+
+def tls_client_factory(tls: TlsFiles | None) -> ClientFactory:
+    """Clients presenting this controller's certificate (mutual TLS), or plaintext ones."""
+    return lambda info: grpc_client_factory(info, tls)
 
 
 @dataclass(slots=True)

@@ -43,6 +43,13 @@ def run_process(kind: str, args: argparse.Namespace) -> int:
     except cfg.ConfigError as e:
         print(f"{kind}: bad configuration: {e}", file=sys.stderr)
         return 2
+    from controller_svc import tls
+
+    try:
+        tls.load(config.values)
+    except tls.TlsConfigError as e:
+        print(f"{kind}: bad configuration: {e}", file=sys.stderr)
+        return 2
     if getattr(args, "check_config", False):
         print(f"{kind}: configuration OK")
         for key in keys:
@@ -166,7 +173,9 @@ def check_health(address: str, timeout_s: float) -> int:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(address) as channel:
+    from controller_svc import tls
+
+    with tls.channel(address, tls.from_env()) as channel:
         try:
             response = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
         except grpc.RpcError as e:

@@ -74,6 +74,10 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("grpc.listen", str, "127.0.0.1:0", "gRPC listen address host:port", _host_port),
     Key("grpc.advertised.host", str, "", "Host to advertise for the gRPC endpoint (default: listen host)"),
     Key("metrics.listen", str, "127.0.0.1:0", "Prometheus /metrics address host:port", _host_port),
+    Key("grpc.tls.enable", bool, False, "Mutual TLS on the gRPC server and on this process' gRPC clients"),
+    Key("grpc.tls.ca.file", str, "", "PEM CA bundle that signs every node's and client's certificate"),
+    Key("grpc.tls.cert.file", str, "", "PEM certificate of this process (its identity: CN and DNS names)"),
+    Key("grpc.tls.key.file", str, "", "PEM private key of this process (read from the file, never logged)"),
     Key(
         "log.format",
         str,
@@ -117,6 +121,18 @@ CONTROLLER_KEYS: tuple[Key, ...] = (
         "Retry interval of an election refused for a corrupt /controller_epoch",
         _positive,
     ),
+    Key(
+        "controller.admin.identities",
+        str,
+        "",
+        "With TLS: certificate identities allowed to call the admin RPCs (comma-separated; empty: any the CA signed)",
+    ),
+    Key(
+        "controller.broker.identities",
+        str,
+        "",
+        "With TLS: certificate identities allowed to call ControlledShutdown (brokers; empty: any the CA signed)",
+    ),
     *COMMON_KEYS,
 )
 
@@ -153,6 +169,13 @@ BROKER_KEYS: tuple[Key, ...] = (
         60000,
         "How long a restarted broker waits for its previous registration to expire",
         _positive,
+    ),
+    Key(
+        "broker.controller.identities",
+        str,
+        "",
+        "With TLS: certificate identities allowed to call this broker's control RPCs (comma-separated; empty: any "
+        "the CA signed)",
     ),
     *COMMON_KEYS,
 )

@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 import uvloop
 
-from controller_svc import grpc_common, zookeeper_launcher
+from controller_svc import grpc_common, tls, zookeeper_launcher
 from controller_svc.errors import CorruptZnodeError
 from controller_svc.zk import codecs, paths
 from controller_svc.zk.client import ZkClient
@@ -84,7 +84,7 @@ class ClusterSnapshot:
 
 
 async def describe_broker(address: str, timeout_s: float = 2.0) -> broker_pb2.DescribeBrokerResponse | None:
-    async with grpc.aio.insecure_channel(address, options=grpc_common.CLIENT_OPTIONS) as channel:
+    async with tls.aio_channel(address, tls.from_env(), grpc_common.CLIENT_OPTIONS) as channel:
         try:
             response: broker_pb2.DescribeBrokerResponse = await broker_pb2_grpc.BrokerControlStub(
                 channel
@@ -95,7 +95,7 @@ async def describe_broker(address: str, timeout_s: float = 2.0) -> broker_pb2.De
 
 
 async def describe_cluster(address: str, timeout_s: float = 2.0) -> controller_pb2.DescribeClusterResponse | None:
-    async with grpc.aio.insecure_channel(address, options=grpc_common.CLIENT_OPTIONS) as channel:
+    async with tls.aio_channel(address, tls.from_env(), grpc_common.CLIENT_OPTIONS) as channel:
         try:
             response: controller_pb2.DescribeClusterResponse = await controller_pb2_grpc.ControllerStub(
                 channel

@@ -10,6 +10,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from controller_svc.tls import TlsFiles, server_credentials
+
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -58,9 +60,12 @@ def serve_metrics(host: str, port: int) -> None:
     start_http_server(port, addr=host)
 
 
-def bind(server: grpc.aio.Server, listen: str) -> int:
-    """Bind insecure `host:port` (port 0: a free one); returns the port."""
-    port = int(server.add_insecure_port(listen))
+def bind(server: grpc.aio.Server, listen: str, tls: TlsFiles | None = None) -> int:
+    """Bind `host:port` (port 0: a free one), with mutual TLS when `tls` is given; returns the port."""
+    if tls is not None:
+        port = int(server.add_secure_port(listen, server_credentials(tls)))
+    else:
+        port = int(server.add_insecure_port(listen))
     if port == 0:
         raise OSError(f"cannot listen on {listen}")
     return port
