@@ -19,7 +19,7 @@ from controller_svc.errors import ControllerError
 from controller_svc.model import BrokerInfo, EndPoint
 from controller_svc.state_change_log import StateChangeLog
 from controller_svc.tasks import cancel_and_wait, spawn
-from controller_svc.zk.client import ZkClient
+from controller_svc.zk.client import ZkClient, digest_auth_from_config
 from kcontroller.v1 import broker_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -92,12 +92,15 @@ async def run_broker(config: Config) -> int:
 
         reregister_task = spawn(reregister(), "broker-reregistration")
 
+    zk_auth, zk_set_acl = digest_auth_from_config(config.values)
     zk = ZkClient(
         config.str("zookeeper.connect"),
         config.int("zookeeper.session.timeout.ms"),
         config.int("zookeeper.max.in.flight.requests"),
         on_session_lost=session_lost,
         on_new_session=new_session,
+        auth=zk_auth,
+        set_acl=zk_set_acl,
     )
     registration = BrokerRegistration(zk, info, config.int("broker.registration.wait.ms") / 1000.0)
     service.zk = zk

@@ -15,7 +15,7 @@ from controller_svc.controller import Controller, ControllerSettings
 from controller_svc.server import SERVICE_NAME, ControllerService
 from controller_svc.state_change_log import StateChangeLog
 from controller_svc.zk import paths
-from controller_svc.zk.client import ZkClient
+from controller_svc.zk.client import ZkClient, digest_auth_from_config
 from kcontroller.v1 import controller_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -72,12 +72,15 @@ async def run_controller(config: Config) -> int:
         if controller is not None:
             controller.on_new_session()
 
+    zk_auth, zk_set_acl = digest_auth_from_config(config.values)
     zk = ZkClient(
         config.str("zookeeper.connect"),
         config.int("zookeeper.session.timeout.ms"),
         config.int("zookeeper.max.in.flight.requests"),
         on_session_lost=session_lost,
         on_new_session=new_session,
+        auth=zk_auth,
+        set_acl=zk_set_acl,
     )
     settings = ControllerSettings(
         controller_id=controller_id,

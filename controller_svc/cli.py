@@ -44,16 +44,18 @@ def run_process(kind: str, args: argparse.Namespace) -> int:
         print(f"{kind}: bad configuration: {e}", file=sys.stderr)
         return 2
     from controller_svc import tls
+    from controller_svc.zk.client import digest_auth_from_config
 
     try:
         tls.load(config.values)
-    except tls.TlsConfigError as e:
+        digest_auth_from_config(config.values)
+    except (tls.TlsConfigError, ValueError) as e:
         print(f"{kind}: bad configuration: {e}", file=sys.stderr)
         return 2
     if getattr(args, "check_config", False):
         print(f"{kind}: configuration OK")
         for key in keys:
-            print(f"  {key.name}={config[key.name]}")
+            print(f"  {key.name}={'<redacted>' if key.secret and config[key.name] else config[key.name]}")
         return 0
     node_id = config.int("controller.id" if kind == "controller" else "broker.id")
     logging_setup.setup(f"{kind}-{node_id}", config.str("log.level"), config.str("log.format"))

@@ -27,6 +27,10 @@ class Key:
     default: Any
     doc: str
     check: Callable[[Any], str | None] | None = None
+    secret: bool = False  # never printed: --check-config and error messages show <redacted>
+
+    def shown(self, value: Any) -> str:
+        return "<redacted>" if self.secret and value else repr(value)
 
 
 def _positive(value: Any) -> str | None:
@@ -74,6 +78,22 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("grpc.listen", str, "127.0.0.1:0", "gRPC listen address host:port", _host_port),
     Key("grpc.advertised.host", str, "", "Host to advertise for the gRPC endpoint (default: listen host)"),
     Key("metrics.listen", str, "127.0.0.1:0", "Prometheus /metrics address host:port", _host_port),
+    Key(
+        "zookeeper.set.acl",
+        bool,
+        False,
+        "Create our znodes with a secure ACL (Kafka's zookeeper.set.acl): anyone reads, only the "
+        "zookeeper.auth.user identity changes them",
+    ),
+    Key("zookeeper.auth.user", str, "", "ZooKeeper digest user this process authenticates as (empty: none)"),
+    Key(
+        "zookeeper.auth.password",
+        str,
+        "",
+        "ZooKeeper digest password (better: KCONTROLLER_ZOOKEEPER_AUTH_PASSWORD or zookeeper.auth.password.file)",
+        secret=True,
+    ),
+    Key("zookeeper.auth.password.file", str, "", "File holding the ZooKeeper digest password"),
     Key("grpc.tls.enable", bool, False, "Mutual TLS on the gRPC server and on this process' gRPC clients"),
     Key("grpc.tls.ca.file", str, "", "PEM CA bundle that signs every node's and client's certificate"),
     Key("grpc.tls.cert.file", str, "", "PEM certificate of this process (its identity: CN and DNS names)"),
@@ -259,7 +279,7 @@ def load(
         if key.check is not None:
             problem = key.check(value)
             if problem:
-                raise ConfigError(f"config {name}={value!r}: {problem}")
+                raise ConfigError(f"config {name}={key.shown(value)}: {problem}")
         values[name] = value
     return Config(values)
 

@@ -21,6 +21,7 @@ class ErrorCode(enum.IntEnum):
     BROKER_NOT_AVAILABLE = 8
     STALE_CONTROLLER_EPOCH = 11
     INVALID_TOPIC_EXCEPTION = 17
+    CLUSTER_AUTHORIZATION_FAILED = 31
     INVALID_REQUEST = 42
     NOT_CONTROLLER = 41
     INVALID_PARTITIONS = 37
@@ -82,6 +83,13 @@ class ZkUnavailableError(ControllerError):
     """The ZooKeeper session is gone or the request could not be completed; retry after reconnect."""
 
     retriable = True
+
+
+class ZkNotAuthorizedError(ControllerError):
+    """ZooKeeper refused the request (NoAuth, AuthFailed, InvalidACL): our digest credentials
+    do not grant it. Not retriable: the credentials or the znode's ACL must change."""
+
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 
 
 class ZkNodeExistsError(ControllerError):

@@ -9,8 +9,10 @@ controllers or brokers.
 from __future__ import annotations
 
 import asyncio
+import base64
 import enum
 import functools
+import hashlib
 import logging
 import struct
 from collections.abc import Callable, Iterable, Sequence
@@ -28,6 +30,7 @@ from controller_svc.errors import (
     ZkBadVersionError,
     ZkNodeExistsError,
     ZkNoNodeError,
+    ZkNotAuthorizedError,
     ZkUnavailableError,
 )
 from controller_svc.tasks import spawn
@@ -121,6 +124,10 @@ def translate(error: BaseException, path: str = "") -> ControllerError:
         return ZkNoNodeError(path)
     if isinstance(error, zk_exc.BadVersion):
         return ZkBadVersionError(path)
+    if isinstance(error, zk_exc.NoAuth | zk_exc.AuthFailed | zk_exc.InvalidACL):
+        return ZkNotAuthorizedError(
+            f"ZooKeeper refused {type(error).__name__} on {path or '?'}: check zookeeper.auth.* and the znode's ACL"
+        )
     if isinstance(error, zk_exc.ZKError | OSError | asyncio.TimeoutError):
         return ZkUnavailableError(f"ZooKeeper request on {path or '?'} failed: {type(error).__name__} {error}")
     return ControllerError(f"unexpected ZooKeeper error on {path or '?'}: {type(error).__name__} {error}")
@@ -229,6 +236,55 @@ SessionCallback = Callable[[], None]
 WatchCallback = Callable[[WatchKind, str], None]
 
 
+@dataclass(frozen=True, slots=True)
+class ZkDigestAuth:
+    """ZooKeeper digest credentials (`addauth digest user:password`), sent first on every
+    connection of the session, and the ACL our znodes get with `zookeeper.set.acl` (Kafka's
+    secure ACLs: anyone may read, only this identity may change them)."""
+
+    user: str
+    password: str
+
+    def __repr__(self) -> str:
+        return f"ZkDigestAuth(user={self.user!r}, password=<redacted>)"
+
+    @property
+    def digest_id(self) -> str:
+        # ZooKeeper's DigestAuthenticationProvider: user:base64(sha1(user:password)).
+        raw = hashlib.sha1(f"{self.user}:{self.password}".encode()).digest()
+        return f"{self.user}:{base64.b64encode(raw).decode()}"
+
+    def acl(self) -> list[Any]:
+        owner = protocol.acl.ACL.make(
+            scheme="digest", id=self.digest_id, read=True, write=True, create=True, delete=True, admin=True
+        )
+        return [owner, protocol.WORLD_READABLE]
+
+
+def digest_auth_from_config(values: Any) -> tuple[ZkDigestAuth | None, bool]:
+    """(credentials, set_acl) from zookeeper.auth.* and zookeeper.set.acl; ValueError naming the key."""
+    user = str(values.get("zookeeper.auth.user", "") or "")
+    password = str(values.get("zookeeper.auth.password", "") or "")
+    password_file = str(values.get("zookeeper.auth.password.file", "") or "")
+    if password_file:
+        try:
+            with open(password_file, encoding="utf-8") as f:
+                password = f.read().strip()
+        except OSError as e:
+            raise ValueError(f"zookeeper.auth.password.file={password_file!r}: {e.strerror}") from None
+    set_acl = bool(values.get("zookeeper.set.acl", False))
+    if not user:
+        if set_acl:
+            raise ValueError("zookeeper.set.acl is true but zookeeper.auth.user is empty")
+        return None, False
+    if not password:
+        raise ValueError(
+            "zookeeper.auth.user is set but there is no password "
+            "(zookeeper.auth.password, KCONTROLLER_ZOOKEEPER_AUTH_PASSWORD or zookeeper.auth.password.file)"
+        )
+    return ZkDigestAuth(user, password), set_acl
+
+
 class ZkClient:
     """One ZooKeeper session, re-created by aiozk after expiry.
 
@@ -244,7 +300,13 @@ class ZkClient:
         max_in_flight: int = 100,
         on_session_lost: SessionCallback | None = None,
         on_new_session: SessionCallback | None = None,
+        auth: ZkDigestAuth | None = None,
+        set_acl: bool = False,
     ) -> None:
+        if set_acl and auth is None:
+            raise ValueError("zookeeper.set.acl needs digest credentials (zookeeper.auth.user and a password)")
+        self._auth = auth
+        self._set_acl = set_acl
         self.connect_string = connect
         servers, chroot = parse_connect_string(connect)
         self._servers = servers
@@ -274,15 +336,61 @@ class ZkClient:
 
     async def start(self, timeout_s: float | None = None) -> None:
         self._client = aiozk.ZKClient(
-            self._servers, chroot=self._chroot, session_timeout=self._session_timeout_ms / 1000.0
+            self._servers,
+            chroot=self._chroot,
+            session_timeout=self._session_timeout_ms / 1000.0,
+            default_acl=self._auth.acl() if self._set_acl and self._auth is not None else None,
         )
+        if self._auth is not None:
+            self._authenticate_every_connection(self._client.session, self._auth)
         try:
             await asyncio.wait_for(self._client.start(), timeout_s)
         except Exception as e:
             await self._abandon()
             raise translate(e, "/") from e
         self._monitor_task = spawn(self._monitor_session(), "zk-session-monitor")
+        if self._set_acl and self._chroot:
+            await self._secure_chroot()
         log.info("ZooKeeper session 0x%x established with %s", self.session_id, self.connect_string)
+
+    async def _secure_chroot(self) -> None:
+        """The chroot node is the parent of /controller, /brokers and the rest: whoever may create
+        and delete its children there could delete /controller. If it is open to the world (for
+        instance created by a tool before us), give it our secure ACL, as Kafka's
+        zookeeper-security-migration does. Without a chroot, ZooKeeper's shared root is left alone."""
+        assert self._auth is not None
+        try:
+            await self._client.ensure_path("/")
+            current = await self._client.get_acl("/")
+            open_to_all = any(
+                entry.id.scheme == "world" and (entry.perms & ~protocol.acl.ACL.READ_PERM) for entry in current
+            )
+            if open_to_all:
+                await self._client.set_acl("/", self._auth.acl(), force=True)
+                log.warning("ZooKeeper chroot %s was writable by anyone; set to the secure ACL", self._chroot)
+        except Exception as e:
+            raise translate(e, self._chroot or "/") from e
+
+    @staticmethod
+    def _authenticate_every_connection(session: Any, auth: ZkDigestAuth) -> None:
+        """ZooKeeper keeps auth per connection: send it right after each (re)connection's
+        handshake, before the session is usable, as the Java client's primeConnection does.
+        Requests on one connection are processed in order, so nothing runs unauthenticated."""
+        establish = session.establish_session
+
+        async def establish_and_authenticate() -> None:
+            await establish()
+            sent = session.conn.send(
+                protocol.AuthRequest(type=0, scheme="digest", auth=f"{auth.user}:{auth.password}".encode())
+            )
+
+            def check(future: asyncio.Future[Any]) -> None:
+                if not future.cancelled() and future.exception() is not None:
+                    log.error("ZooKeeper digest authentication as %r failed: %s", auth.user, future.exception())
+
+            sent.add_done_callback(check)
+
+        session.establish_session = establish_and_authenticate
 
     async def _abandon(self) -> None:
         client, self._client = self._client, None

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 import signal
 import subprocess
 from typing import Any
 
+import aiozk
 import grpc
 import pytest
 
 from controller_svc import tls
+from controller_svc.zk.client import parse_connect_string
 from tests.integration.harness import brokers_agree_with_controller, create_topic, eventually, partitions
 
 
@@ -109,8 +112,8 @@ async def create_topics(address: str, credentials: tls.TlsFiles | None) -> Any:
         )
 
 
-async def test_cluster_with_mutual_tls_and_identities(
-    cluster_factory: Any, pki: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+async def test_cluster_with_mutual_tls_identities_and_zookeeper_acls(
+    cluster_factory: Any, pki: pathlib.Path, monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
 ) -> None:
     # The test process (launcher probes, admin client, health checks) is the admin.
     monkeypatch.setenv("KCONTROLLER_GRPC_TLS_ENABLE", "true")
@@ -118,8 +121,22 @@ async def test_cluster_with_mutual_tls_and_identities(
     monkeypatch.setenv("KCONTROLLER_GRPC_TLS_CERT_FILE", str(pki / "admin.pem"))
     monkeypatch.setenv("KCONTROLLER_GRPC_TLS_KEY_FILE", str(pki / "admin.key"))
 
+    # ZooKeeper: every process authenticates with the cluster's digest identity (the password
+    # from a file) and creates its znodes readable by anyone, writable only by that identity.
+    password_file = tmp_path / "zk-password"
+    password_file.write_text("s3cret-zk-password\n")
+    zookeeper_security = {
+        "zookeeper.set.acl": "true",
+        "zookeeper.auth.user": "kcontroller",
+        "zookeeper.auth.password.file": str(password_file),
+    }
+
     def identity(name: str) -> dict[str, str]:
-        return {"grpc.tls.cert.file": str(pki / f"{name}.pem"), "grpc.tls.key.file": str(pki / f"{name}.key")}
+        return {
+            "grpc.tls.cert.file": str(pki / f"{name}.pem"),
+            "grpc.tls.key.file": str(pki / f"{name}.key"),
+            **zookeeper_security,
+        }
 
     cluster = await cluster_factory(
         controllers=2,
@@ -163,4 +180,30 @@ async def test_cluster_with_mutual_tls_and_identities(
         return all(p.leader == 1 for p in (await partitions(cluster, "secure")).values())
 
     await eventually(moved, 30, what="broker 2's leaderships to move before it exits")
-    assert any(r["kind"] == "broker.controlled_shutdown_succeeded" for r in cluster.records("broker-2"))
+
+    async def shut_down_cleanly() -> bool:
+        return any(r["kind"] == "broker.controlled_shutdown_succeeded" for r in cluster.records("broker-2"))
+
+    await eventually(shut_down_cleanly, 30, what="broker 2's controlled shutdown record")
+
+    # An unauthenticated ZooKeeper client reads everything and changes nothing.
+    servers, chroot = parse_connect_string(cluster.zookeeper)
+    outsider = aiozk.ZKClient(servers, chroot=chroot)
+    await outsider.start()
+    try:
+        assert json.loads(await outsider.get_data("/controller"))["brokerid"] == snap.controller_id
+        acl = await outsider.get_acl("/controller")
+        assert {entry.id.scheme for entry in acl} == {"digest", "world"}
+        for path in ("/controller_epoch", "/brokers/ids/1", "/brokers/topics/secure/partitions/0/state"):
+            with pytest.raises(aiozk.exc.NoAuth):
+                await outsider.set_data(path, b"{}")
+        for path in ("/controller", "/brokers/ids/1"):
+            with pytest.raises(aiozk.exc.NoAuth):
+                await outsider.delete(path)
+        with pytest.raises(aiozk.exc.NoAuth):
+            await outsider.create("/brokers/ids/9", b"{}", ephemeral=True)
+    finally:
+        await outsider.close()
+    # The cluster itself still writes: broker 2 comes back and is registered again.
+    cluster.start_node(cluster.broker(2))
+    await eventually(lambda: brokers_agree_with_controller(cluster, "secure", [1, 2]), 60, what="broker 2 back")
