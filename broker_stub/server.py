@@ -11,6 +11,7 @@ import grpc
 
 from broker_stub import isr, metrics, replica_manager
 from broker_stub.state import BrokerState
+from controller_svc import logging_setup
 from controller_svc.errors import ControllerError, ErrorCode
 from controller_svc.model import TopicPartition
 from controller_svc.state_change_log import StateChangeLog
@@ -83,6 +84,7 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
     def _update_gauges(self) -> None:
         state = self.state
         metrics.CONTROLLER_EPOCH.set(state.controller_epoch)
+        logging_setup.set_controller_epoch(state.controller_epoch)
         metrics.CONTROLLER_ID.set(state.controller_id)
         metrics.BROKER_EPOCH.set(state.broker_epoch)
         metrics.PARTITION_COUNT.set(sum(1 for role in state.roles.values() if role.role != "stopped"))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from controller_svc import events as ev
-from controller_svc import metrics
+from controller_svc import logging_setup, metrics
 from controller_svc.channel_manager import ChannelManager, ClientFactory, grpc_client_factory
 from controller_svc.context import ControllerContext, diff_brokers
 from controller_svc.controlled_shutdown import ShutdownOutcome, controlled_shutdown
@@ -432,6 +432,7 @@ class Controller:
         self.is_active = True
         metrics.ACTIVE_CONTROLLER_COUNT.set(1)
         metrics.CONTROLLER_EPOCH.set(self.context.epoch)
+        logging_setup.set_controller_epoch(self.context.epoch)
         metrics.ELECTIONS_WON.inc()
         self.state_log.record(
             "controller.elected",
@@ -560,6 +561,7 @@ class Controller:
         self.context.reset()
         metrics.ACTIVE_CONTROLLER_COUNT.set(0)
         metrics.CONTROLLER_EPOCH.set(0)
+        logging_setup.set_controller_epoch(-1)
         metrics.RESIGNATIONS.inc()
         metrics.GLOBAL_TOPIC_COUNT.set(0)
         metrics.GLOBAL_PARTITION_COUNT.set(0)

@@ -80,6 +80,20 @@ async def test_grpcurl_lists_describes_and_calls_both_services(cluster_factory: 
     )
     assert health["status"] == "SERVING"
 
+    # The readable table of the whole cluster.
+    table = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "controller_svc", "describe", "--dir", str(cluster.dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert table.returncode == 0, table.stderr
+    assert f"controller  {snap.controller_id}  epoch {snap.controller_epoch}" in table.stdout
+    assert "topics 1  partitions 2  offline 0  under-replicated 0" in table.stdout
+    rows = [line.split() for line in table.stdout.splitlines() if line.strip().startswith(("1 ", "2 "))]
+    assert sorted((int(r[0]), int(r[-2])) for r in rows) == [(1, 2), (2, 2)]  # broker, partitions
+
 
 async def test_metrics_after_a_failover_show_the_new_controller_and_epoch(cluster_factory: Any) -> None:
     cluster = await cluster_factory(controllers=3, brokers=2)
