@@ -57,7 +57,10 @@ def serve_metrics(host: str, port: int) -> None:
     """Expose the process' Prometheus registry on http://host:port/metrics (a daemon thread)."""
     from prometheus_client import start_http_server
 
-    start_http_server(port, addr=host)
+    try:
+        start_http_server(port, addr=host)
+    except OSError as e:
+        raise OSError(e.errno, f"metrics.listen {host}:{port}: {e.strerror}") from None
 
 
 def bind(server: grpc.aio.Server, listen: str, tls: TlsFiles | None = None) -> int:

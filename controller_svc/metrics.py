@@ -56,7 +56,10 @@ REQUEST_ERRORS = Counter(
 
 def serve(host: str, port: int) -> None:
     """Expose /metrics on host:port (a daemon thread of prometheus_client)."""
-    start_http_server(port, addr=host)
+    try:
+        start_http_server(port, addr=host)
+    except OSError as e:
+        raise OSError(e.errno, f"metrics.listen {host}:{port}: {e.strerror}") from None
 
 
 OFFLINE_PARTITIONS = Gauge(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import random
 import shutil
 import signal
 import socket
@@ -24,7 +25,28 @@ class ZooKeeperLaunchError(RuntimeError):
     pass
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port for a server we are about to start. Chosen below the kernel's ephemeral range:
+    ports handed out there are also taken by outgoing connections (ZooKeeper clients, gRPC
+    channels) between our check and the server's bind."""
+    low, _high = _ephemeral_range()
+    if low > 12000:
+        for _ in range(50):
+            port = random.randrange(10000, low - 1)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])

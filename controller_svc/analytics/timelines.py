@@ -230,15 +230,9 @@ def failover_incidents(events: DataFrame, tenures: DataFrame) -> DataFrame:
 def leadership(events: DataFrame) -> DataFrame:
     """Every leader change the controllers recorded, with how long it lasted: elections and
     the controller's leader -1 (partition.offline)."""
+    common = ["cluster", "topic", "partition", "ts", "file", "block", "mid", "controller_epoch"]
     elected = of_kind(events, "partition.leader_elected").select(
-        "cluster",
-        "topic",
-        "partition",
-        "ts",
-        "file",
-        "block",
-        "mid",
-        "controller_epoch",
+        *common,
         "leader",
         "leader_epoch",
         "isr",
@@ -248,14 +242,7 @@ def leadership(events: DataFrame) -> DataFrame:
         F.lit("elected").alias("change"),
     )
     offline = of_kind(events, "partition.offline").select(
-        "cluster",
-        "topic",
-        "partition",
-        "ts",
-        "file",
-        "block",
-        "mid",
-        "controller_epoch",
+        *common,
         F.coalesce(F.col("leader"), F.lit(-1)).alias("leader"),
         "leader_epoch",
         "isr",

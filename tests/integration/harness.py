@@ -90,7 +90,7 @@ class Cluster:
 
     def start_node(self, node: dict[str, Any]) -> None:
         """(Re)start a node with the exact command the launcher used."""
-        name = ("controller-" if "metrics" in node else "broker-") + str(node["id"])
+        name = ("controller-" if node in self.spec["controllers"] else "broker-") + str(node["id"])
         node["pid"] = devcluster.spawn_node(node["command"], pathlib.Path(self.logs) / f"{name}.log")
         devcluster.write_spec(self.dir, self.spec)
 
