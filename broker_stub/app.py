@@ -79,12 +79,12 @@ async def run_broker(config: Config) -> int:
     def session_lost() -> None:
         state.registered = False
         metrics.REGISTERED.set(0)
+        health.update_soon(False)  # SERVING again once registered in the new session
 
     def new_session() -> None:
         nonlocal reregister_task
 
         async def reregister() -> None:
-            await health.set_serving(False)
             try:
                 await register()
             except ControllerError as e:

@@ -8,7 +8,7 @@ import signal
 
 import grpc
 
-from controller_svc import grpc_common, metrics, tls
+from controller_svc import grpc_common, tls
 from controller_svc.channel_manager import tls_client_factory
 from controller_svc.config import Config
 from controller_svc.controller import Controller, ControllerSettings
@@ -57,20 +57,27 @@ async def run_controller(config: Config) -> int:
     metrics_port = int(metrics_port_text)
     if metrics_port == 0:
         metrics_port = grpc_common.free_port(metrics_host)
-    metrics.serve(metrics_host, metrics_port)
+    grpc_common.serve_metrics(metrics_host, metrics_port)
     metrics_endpoint = grpc_common.advertised(
         config.str("metrics.listen"), config.str("grpc.advertised.host"), metrics_port
     )
 
     controller: Controller | None = None
+    health: grpc_common.Health | None = None
 
     def session_lost() -> None:
+        # Neither active nor a ready standby without a session: health says so until the
+        # new session's re-election has been processed.
+        if health is not None:
+            health.update_soon(False)
         if controller is not None:
             controller.on_session_lost()
 
     def new_session() -> None:
         if controller is not None:
-            controller.on_new_session()
+            reelected = controller.on_new_session()
+            if health is not None:
+                health.update_soon(True, after=reelected.processed)
 
     zk_auth, zk_set_acl = digest_auth_from_config(config.values)
     zk = ZkClient(

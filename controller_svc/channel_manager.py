@@ -211,7 +211,6 @@ class RequestSender:
 
     async def close(self) -> None:
         await cancel_and_wait(self.task)
-        metrics.CHANNEL_QUEUE_SIZE.labels(self._label).set(0)
         try:
             await self.client.close()
         except Exception:
@@ -287,9 +286,14 @@ class ChannelManager:
             return
         dropped = sender.queue.qsize() + (1 if sender.in_flight else 0)
         log.info("removed channel to broker %d, dropping %d queued requests", broker_id, dropped)
-        task = spawn(sender.close(), f"close-sender-{broker_id}")
+        task = spawn(self._close_removed(sender), f"close-sender-{broker_id}")
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
+
+    async def _close_removed(self, sender: RequestSender) -> None:
+        await sender.close()
+        if sender.broker.broker_id not in self._senders:  # not added again meanwhile (a bounce)
+            _forget_broker_metrics(sender.broker.broker_id)
 
     def send(self, broker_id: int, api: str, request: Any, callback: ResponseCallback | None = None) -> bool:
         sender = self._senders.get(broker_id)
@@ -305,7 +309,19 @@ class ChannelManager:
         self._senders.clear()
         for sender in senders:
             await sender.close()
+            _forget_broker_metrics(sender.broker.broker_id)
         closing = list(self._closing)
         if closing:
             await asyncio.gather(*closing, return_exceptions=True)
         metrics.CHANNEL_TOTAL_QUEUE_SIZE.set(0)
+
+
+def _forget_broker_metrics(broker_id: int) -> None:
+    # ControllerChannelManager.removeExistingBroker removes the broker's QueueSize and
+    # RequestRateAndQueueTimeMs: a dead broker's last values must not linger on dashboards.
+    label = str(broker_id)
+    try:
+        metrics.CHANNEL_QUEUE_SIZE.remove(label)
+    except KeyError:
+        pass
+    metrics.CHANNEL_QUEUE_TIME_MS.remove(label)

@@ -135,8 +135,8 @@ class Controller:
     def on_session_lost(self) -> None:
         self.events.clear_and_put(ev.Expire())
 
-    def on_new_session(self) -> None:
-        self.events.put(ev.RegisterBrokerAndReelect())
+    def on_new_session(self) -> ev.QueuedEvent:
+        return self.events.put(ev.RegisterBrokerAndReelect())
 
     def _on_controller_znode(self, kind: WatchKind, _path: str) -> None:
         if kind == WatchKind.DELETED and self.vacancy_seen_ms is None:
@@ -559,12 +559,9 @@ class Controller:
         if channels is not None:
             await channels.close()
         self.context.reset()
-        metrics.ACTIVE_CONTROLLER_COUNT.set(0)
-        metrics.CONTROLLER_EPOCH.set(0)
+        metrics.reset_active_controller_gauges()
         logging_setup.set_controller_epoch(-1)
         metrics.RESIGNATIONS.inc()
-        metrics.GLOBAL_TOPIC_COUNT.set(0)
-        metrics.GLOBAL_PARTITION_COUNT.set(0)
         self.state_log.record("controller.resigned", controller_id=self.id, controller_epoch=epoch, reason=reason)
         log.warning("controller %d resigned (epoch %d): %s", self.id, epoch, reason)
         if self.on_role_change is not None:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import socket
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from controller_svc.tasks import spawn
 from controller_svc.tls import TlsFiles, server_credentials
+
+log = logging.getLogger(__name__)
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -22,12 +27,36 @@ class Health:
     def __init__(self, server: grpc.aio.Server, service_names: Sequence[str]) -> None:
         self.servicer = HealthServicer()
         self._services = ["", *service_names]
+        self._generation = 0
         health_pb2_grpc.add_HealthServicer_to_server(self.servicer, server)
 
     async def set_serving(self, serving: bool) -> None:
+        self._generation += 1  # supersedes any pending update_soon
+        await self._apply(serving)
+
+    async def _apply(self, serving: bool) -> None:
         status = SERVING if serving else NOT_SERVING
         for name in self._services:
             await self.servicer.set(name, status)
+
+    def update_soon(self, serving: bool, after: Awaitable[Any] | None = None) -> None:
+        """set_serving from a synchronous callback (a ZooKeeper session event), optionally once
+        `after` (e.g. the event that re-elects) has completed. The latest call wins: a session
+        lost again while the re-election waits keeps NOT_SERVING."""
+        self._generation += 1
+        generation = self._generation
+
+        async def update() -> None:
+            if after is not None:
+                try:
+                    await after
+                except Exception as e:  # the event failed: stay as we are
+                    log.warning("health stays unchanged: %r", e)
+                    return
+            if generation == self._generation:
+                await self._apply(serving)
+
+        spawn(update(), "health-update")
 
 
 def enable_reflection(server: grpc.aio.Server, service_names: Sequence[str]) -> None:

@@ -6,7 +6,9 @@ Metrics that Kafka does not have are prefixed `kcontroller_`.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Summary, start_http_server
+from prometheus_client import Counter, Gauge
+
+from controller_svc.histogram import KafkaHistogram
 
 ACTIVE_CONTROLLER_COUNT = Gauge(
     "kafka_controller_kafkacontroller_activecontrollercount", "1 on the active controller, 0 elsewhere"
@@ -21,7 +23,8 @@ GLOBAL_PARTITION_COUNT = Gauge(
 EVENT_QUEUE_SIZE = Gauge(
     "kafka_controller_controllereventmanager_eventqueuesize", "Events waiting in the controller event queue"
 )
-EVENT_QUEUE_TIME_MS = Summary(
+# Kafka's histograms and timers: `_count` plus quantiles, as the JMX exporter shows them.
+EVENT_QUEUE_TIME_MS = KafkaHistogram(
     "kafka_controller_controllereventmanager_eventqueuetimems", "Time events wait in the queue (ms)"
 )
 CHANNEL_QUEUE_SIZE = Gauge(
@@ -32,7 +35,7 @@ CHANNEL_QUEUE_SIZE = Gauge(
 CHANNEL_TOTAL_QUEUE_SIZE = Gauge(
     "kafka_controller_controllerchannelmanager_totalqueuesize", "Requests waiting for all brokers"
 )
-CHANNEL_QUEUE_TIME_MS = Summary(
+CHANNEL_QUEUE_TIME_MS = KafkaHistogram(
     "kafka_controller_controllerchannelmanager_requestrateandqueuetimems",
     "Time control requests wait before being sent (ms)",
     ["broker_id"],
@@ -54,22 +57,16 @@ REQUEST_ERRORS = Counter(
 )
 
 
-def serve(host: str, port: int) -> None:
-    """Expose /metrics on host:port (a daemon thread of prometheus_client)."""
-    try:
-        start_http_server(port, addr=host)
-    except OSError as e:
-        raise OSError(e.errno, f"metrics.listen {host}:{port}: {e.strerror}") from None
-
-
 OFFLINE_PARTITIONS = Gauge(
     "kafka_controller_kafkacontroller_offlinepartitionscount", "Partitions without a leader (not being deleted)"
 )
 PREFERRED_REPLICA_IMBALANCE = Gauge(
     "kafka_controller_kafkacontroller_preferredreplicaimbalancecount", "Partitions not led by their preferred replica"
 )
+# A Yammer Meter: the JMX exporter's rule `name=(.+)PerSec\w*><>Count -> kafka_$1_$2_$3_total`
+# drops the PerSec (kafka_controller_controllerstats_uncleanleaderelections_total).
 UNCLEAN_LEADER_ELECTIONS = Counter(
-    "kafka_controller_controllerstats_uncleanleaderelectionspersec", "Unclean leader elections"
+    "kafka_controller_controllerstats_uncleanleaderelections", "Unclean leader elections"
 )
 # Kafka's ControllerState.rateAndTimeMetricName: one timer per state (Idle has none), e.g.
 # kafka.controller:type=ControllerStats,name=LeaderElectionRateAndTimeMs for BrokerChange.
@@ -92,7 +89,7 @@ STATE_TIMER_NAMES = {
     16: "UpdateMetadataResponseReceivedRateAndTimeMs",
 }
 STATE_RATE_AND_TIME_MS = {
-    state: Summary(
+    state: KafkaHistogram(
         f"kafka_controller_controllerstats_{name.lower()}", f"Time spent handling events in {name[:-13]} (ms)"
     )
     for state, name in STATE_TIMER_NAMES.items()
@@ -119,3 +116,25 @@ REPLICAS_INELIGIBLE_TO_DELETE = Gauge(
 REASSIGNING_PARTITIONS = Gauge(
     "kafka_controller_kafkacontroller_reassigningpartitions", "Partitions being reassigned (KIP-503)"
 )
+
+
+# Gauges of the active controller: Kafka's read 0 on any other controller (`if (!isActive) 0`),
+# so sums across controllers (OfflinePartitionsCount on a dashboard) count each partition once.
+ACTIVE_ONLY_GAUGES = (
+    ACTIVE_CONTROLLER_COUNT,
+    CONTROLLER_EPOCH,
+    GLOBAL_TOPIC_COUNT,
+    GLOBAL_PARTITION_COUNT,
+    OFFLINE_PARTITIONS,
+    PREFERRED_REPLICA_IMBALANCE,
+    TOPICS_TO_DELETE,
+    REPLICAS_TO_DELETE,
+    TOPICS_INELIGIBLE_TO_DELETE,
+    REPLICAS_INELIGIBLE_TO_DELETE,
+    REASSIGNING_PARTITIONS,
+)
+
+
+def reset_active_controller_gauges() -> None:
+    for gauge in ACTIVE_ONLY_GAUGES:
+        gauge.set(0)

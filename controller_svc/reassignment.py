@@ -239,6 +239,7 @@ class ReassignmentManager:
             log.info("resuming the reassignment of %s: %s", tp, assignment)
             await self.on_partition_reassignment(tp, assignment)
         await self.process_zk_plan()
+        self.update_metrics()  # reassignments resumed at failover count too
 
     async def on_isr_change(self, partitions: Sequence[TopicPartition]) -> None:
         """An ISR grew: maybe a reassignment is complete (PartitionReassignmentIsrChange)."""

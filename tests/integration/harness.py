@@ -9,6 +9,7 @@ import os
 import pathlib
 import signal
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -35,6 +36,18 @@ async def eventually(
                 return last
         await asyncio.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what or check}; last result: {last!r}")
+
+
+def scrape(address: str) -> dict[str, float]:
+    """Every sample of a Prometheus /metrics page, keyed by name{labels}."""
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
 
 
 def read_records(logs: str | pathlib.Path, node: str | None = None) -> list[dict[str, Any]]:

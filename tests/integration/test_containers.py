@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from controller_svc import zookeeper_launcher
-from tests.integration.harness import eventually
+from tests.integration.harness import eventually, read_records
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -62,38 +62,79 @@ def test_image_is_non_root_with_exec_form_entrypoint_and_health_check() -> None:
     assert DOCKERFILE.read_text().count("\nFROM ") + DOCKERFILE.read_text().startswith("FROM ") >= 2  # multi-stage
 
 
-async def test_image_entrypoint_starts_serves_and_stops_on_sigterm(chroot_connect: str) -> None:
+async def test_image_entrypoints_serve_and_sigterm_runs_controlled_shutdown(
+    chroot_connect: str, tmp_path: pathlib.Path
+) -> None:
+    """The image's default command (a controller) and compose's broker-1 service, each with the
+    image's HEALTHCHECK. Only addresses differ from the containers: tests share one host."""
     stage = runtime_stage()
-    grpc_port, metrics_port = zookeeper_launcher.free_port(), zookeeper_launcher.free_port()
-    env = {
-        **os.environ,
-        **stage["env"],
-        # Only the ports differ from the image: tests run side by side on one host.
-        "KCONTROLLER_GRPC_LISTEN": f"127.0.0.1:{grpc_port}",
-        "KCONTROLLER_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
-        "KCONTROLLER_HEALTH_ADDRESS": f"127.0.0.1:{grpc_port}",
-        "KCONTROLLER_ZOOKEEPER_CONNECT": chroot_connect,
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    command = [*stage["entrypoint"], *stage["cmd"]]
-    process = await asyncio.create_subprocess_exec(
-        *command, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
-    )
+    compose = yaml.safe_load(COMPOSE.read_text())["services"]
+    logs = tmp_path / "logs"
+
+    def node_env(service_env: dict[str, Any]) -> tuple[dict[str, str], str]:
+        grpc_port, metrics_port = zookeeper_launcher.free_port(), zookeeper_launcher.free_port()
+        env = {
+            **os.environ,
+            **stage["env"],
+            **{k: str(v) for k, v in service_env.items()},
+            "KCONTROLLER_GRPC_LISTEN": f"127.0.0.1:{grpc_port}",
+            "KCONTROLLER_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
+            "KCONTROLLER_HEALTH_ADDRESS": f"127.0.0.1:{grpc_port}",
+            "KCONTROLLER_ZOOKEEPER_CONNECT": chroot_connect,
+            "KCONTROLLER_STATE_CHANGE_LOG_DIR": str(logs),
+            "KCONTROLLER_ZOOKEEPER_SESSION_TIMEOUT_MS": "6000",
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        return env, f"127.0.0.1:{grpc_port}"
+
+    async def start(argv: list[str], env: dict[str, str]) -> asyncio.subprocess.Process:
+        # The services advertise their container hostnames; here the loopback address.
+        return await asyncio.create_subprocess_exec(
+            *argv,
+            "--override",
+            "grpc.advertised.host=127.0.0.1",
+            env=env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+
+    async def healthy(env: dict[str, str]) -> bool:
+        check = await asyncio.create_subprocess_exec(
+            *stage["healthcheck"], env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        )
+        return await check.wait() == 0
+
+    controller_env, _ = node_env({})
+    broker_service = compose["broker-1"]
+    broker_env, _ = node_env(broker_service["environment"])
+    controller = await start([*stage["entrypoint"], *stage["cmd"]], controller_env)
+    broker: asyncio.subprocess.Process | None = None
     try:
+        await eventually(lambda: healthy(controller_env), 60, what="the controller's HEALTHCHECK to pass")
+        assert not await healthy(broker_env)  # nothing listens there yet: the check fails
+        broker = await start([*broker_service["entrypoint"], *broker_service["command"]], broker_env)
+        await eventually(lambda: healthy(broker_env), 60, what="the broker's HEALTHCHECK to pass")
 
-        async def healthy() -> bool:
-            check = await asyncio.create_subprocess_exec(
-                *stage["healthcheck"], env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        async def broker_got_metadata() -> bool:
+            return any(
+                r["kind"] == "request.received" and r["api"] == "UpdateMetadata" and r["result"] == "applied"
+                for r in read_records(logs, "broker-1")
             )
-            return await check.wait() == 0
 
-        await eventually(healthy, 60, what="the image's HEALTHCHECK to pass")
-        process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), 30) == 0
+        await eventually(broker_got_metadata, 30, what="the controller's UpdateMetadata at the broker")
+        # SIGTERM reaches the broker itself (exec form): it runs a controlled shutdown and exits 0.
+        broker.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(broker.wait(), 45) == 0
+        kinds = [r["kind"] for r in read_records(logs, "broker-1")]
+        assert "broker.controlled_shutdown_succeeded" in kinds and kinds[-1] == "broker.shutdown"
+        controller.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(controller.wait(), 30) == 0
+        assert "controller.resigned" in [r["kind"] for r in read_records(logs, "controller-1")]
     finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        for process in (controller, broker):
+            if process is not None and process.returncode is None:
+                process.kill()
+                await process.wait()
 
 
 def test_compose_file_has_the_cluster_and_only_existing_commands() -> None:

@@ -10,10 +10,9 @@ import re
 import shutil
 import subprocess
 import sys
-import urllib.request
 from typing import Any
 
-from tests.integration.harness import brokers_agree_with_controller, create_topic, eventually
+from tests.integration.harness import brokers_agree_with_controller, create_topic, eventually, scrape
 
 
 def grpcurl(*args: str, data: dict[str, Any] | None = None) -> str:
@@ -22,18 +21,6 @@ def grpcurl(*args: str, data: dict[str, Any] | None = None) -> str:
     result = subprocess.run(command, capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, f"{' '.join(command)}: {result.stderr}"
     return result.stdout
-
-
-def scrape(address: str) -> dict[str, float]:
-    """Every sample of a /metrics page, keyed by name{labels}."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    samples: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            samples[name] = float(value)
-    return samples
 
 
 async def test_grpcurl_lists_describes_and_calls_both_services(cluster_factory: Any) -> None:
@@ -125,7 +112,21 @@ async def test_metrics_after_a_failover_show_the_new_controller_and_epoch(cluste
     new = after[second.controller_id]
     assert new[active_metric] == 1
     assert new["kcontroller_controller_epoch"] == second.controller_epoch
+    # Kafka's timers and histograms as the JMX exporter shows them: `_count` and quantile gauges.
     assert new["kafka_controller_controllerstats_controllerchangerateandtimems_count"] >= 1
+    assert new['kafka_controller_controllerstats_controllerchangerateandtimems{quantile="0.999"}'] > 0
+    assert new["kafka_controller_controllereventmanager_eventqueuetimems_count"] >= 1
+    assert 'kafka_controller_controllereventmanager_eventqueuetimems{quantile="0.99"}' in new
+    for broker_id in (1, 2):
+        assert (
+            new[f'kafka_controller_controllerchannelmanager_requestrateandqueuetimems_count{{broker_id="{broker_id}"}}']
+            >= 1
+        )
+        assert (
+            f'kafka_controller_controllerchannelmanager_requestrateandqueuetimems{{broker_id="{broker_id}",quantile="0.50"}}'
+            in new
+        )
+    assert "kafka_controller_controllerstats_uncleanleaderelections_total" in new
     assert new["kafka_controller_kafkacontroller_globaltopiccount"] == 1
     assert any(re.match(r"kafka_controller_controllerchannelmanager_queuesize\{", k) for k in new)
 

@@ -22,6 +22,7 @@ from tests.integration.harness import (
     leader_epochs_never_regress,
     partitions,
     roles,
+    scrape,
 )
 
 pytestmark = pytest.mark.integration
@@ -421,5 +422,29 @@ async def test_controller_epoch_bumped_mid_operation_resigns_and_next_controller
     await eventually(resigned, 30, what="the controller to notice and resign")
     after = await cluster.converged(min_epoch=snap.controller_epoch + 1, brokers=[1, 2])
     assert after.controller_epoch == snap.controller_epoch + 1
+    # Kafka's KafkaController gauges read 0 on every controller but the active one: the one that
+    # resigned (whichever wins the re-election) no longer reports the pending reassignment.
+    active_only = (
+        "kafka_controller_kafkacontroller_activecontrollercount",
+        "kafka_controller_kafkacontroller_reassigningpartitions",
+        "kafka_controller_kafkacontroller_globalpartitioncount",
+        "kafka_controller_kafkacontroller_preferredreplicaimbalancecount",
+    )
+
+    (standby,) = (i for i in (1, 2) if i != after.controller_id)
+    expected = {
+        after.controller_id: (1, 1, 1, 0),  # active; 1 partition, its reassignment waits for broker 3
+        standby: (0, 0, 0, 0),
+    }
+
+    async def gauges_follow_the_active_controller() -> bool:
+        seen = {}
+        for i in (1, 2):
+            scraped = await asyncio.to_thread(scrape, cluster.controller(i)["metrics"])
+            seen[i] = tuple(scraped[name] for name in active_only)
+        assert seen == expected  # (eventually retries, and reports the last mismatch)
+        return True
+
+    await eventually(gauges_follow_the_active_controller, 20, what="active-only gauges on the active controller")
     cluster.start_node(cluster.broker(3))
     await eventually(lambda: reassignment_done(cluster, "mid", 0, [1, 3]), 45, what="the next controller to finish")

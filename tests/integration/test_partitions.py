@@ -21,6 +21,7 @@ from tests.integration.harness import (
     leader_epochs_never_regress,
     partitions,
     roles,
+    scrape,
 )
 
 pytestmark = pytest.mark.integration
@@ -238,6 +239,10 @@ async def test_unclean_election_only_when_enabled_for_the_topic(cluster_factory)
     elections = [r for r in cluster.records() if r["kind"] == "partition.leader_elected" and r["topic"] == "risky"]
     assert elections[-1]["unclean"] is True and elections[-1]["prev_isr"] == [1]
     await eventually(lambda: brokers_agree_with_controller(cluster, "risky", [2]), 30, what="broker 2 to lead")
+    # UncleanLeaderElectionsPerSec, named as the JMX exporter names a Meter's Count.
+    active = await cluster.snapshot()
+    scraped = await asyncio.to_thread(scrape, cluster.controller(active.controller_id)["metrics"])
+    assert scraped["kafka_controller_controllerstats_uncleanleaderelections_total"] == 1
 
 
 async def test_fast_broker_bounce_is_detected_and_reinitialised(cluster_factory) -> None:
