@@ -123,6 +123,7 @@ class RequestSender:
         request_timeout_s: float,
         retry_backoff_s: float,
         correlation_ids: itertools.count[int],
+        on_queue_change: Callable[[], None] = lambda: None,
     ) -> None:
         self.broker = broker
         self.client = client
@@ -132,6 +133,7 @@ class RequestSender:
         self._timeout_s = request_timeout_s
         self._backoff_s = retry_backoff_s
         self._correlation_ids = correlation_ids
+        self._on_queue_change = on_queue_change
         self._label = str(broker.broker_id)
         self.in_flight: QueueItem | None = None
         self.task = spawn(self._run(), f"request-sender-{broker.broker_id}")
@@ -142,11 +144,13 @@ class RequestSender:
     def enqueue(self, item: QueueItem) -> None:
         self.queue.put_nowait(item)
         metrics.CHANNEL_QUEUE_SIZE.labels(self._label).set(self.queue.qsize())
+        self._on_queue_change()
 
     async def _run(self) -> None:
         while True:
             item = await self.queue.get()
             metrics.CHANNEL_QUEUE_SIZE.labels(self._label).set(self.queue.qsize())
+            self._on_queue_change()
             self.in_flight = item
             try:
                 await self._deliver(item)
@@ -262,7 +266,11 @@ class ChannelManager:
         return sender.queue.qsize() if sender is not None else 0
 
     def total_queue_size(self) -> int:
-        return sum(s.queue.qsize() + (1 if s.in_flight else 0) for s in self._senders.values())
+        """Requests waiting for any broker (Kafka's TotalQueueSize: in-flight ones not counted)."""
+        return sum(s.queue.qsize() for s in self._senders.values())
+
+    def _update_total_queue_size(self) -> None:
+        metrics.CHANNEL_TOTAL_QUEUE_SIZE.set(self.total_queue_size())
 
     def add_broker(self, info: BrokerInfo) -> None:
         if info.broker_id in self._senders:
@@ -275,6 +283,7 @@ class ChannelManager:
             self._timeout_s,
             self._backoff_s,
             self._correlation_ids,
+            self._update_total_queue_size,
         )
         self._senders[info.broker_id] = sender
         log.info("added channel to broker %d (%s)", info.broker_id, sender.client)
@@ -285,6 +294,7 @@ class ChannelManager:
         if sender is None:
             return
         dropped = sender.queue.qsize() + (1 if sender.in_flight else 0)
+        self._update_total_queue_size()
         log.info("removed channel to broker %d, dropping %d queued requests", broker_id, dropped)
         task = spawn(self._close_removed(sender), f"close-sender-{broker_id}")
         self._closing.add(task)
@@ -301,7 +311,6 @@ class ChannelManager:
             log.warning("not sending %s to broker %d: no channel (broker not live)", api, broker_id)
             return False
         sender.enqueue(QueueItem(ApiKind(api), request, callback, time.monotonic()))
-        metrics.CHANNEL_TOTAL_QUEUE_SIZE.set(self.total_queue_size())
         return True
 
     async def close(self) -> None:
