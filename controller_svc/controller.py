@@ -358,6 +358,7 @@ class Controller:
         self.active_controller_id = self.id
         self.context.epoch = fence.epoch
         self.context.epoch_zk_version = fence.zk_version
+        logging_setup.set_controller_epoch(fence.epoch)  # from this line on, logs carry the new epoch
         log.info("controller %d elected with epoch %d (epoch zkVersion %d)", self.id, fence.epoch, fence.zk_version)
         try:
             await self._on_controller_failover()
@@ -560,10 +561,10 @@ class Controller:
             await channels.close()
         self.context.reset()
         metrics.reset_active_controller_gauges()
-        logging_setup.set_controller_epoch(-1)
         metrics.RESIGNATIONS.inc()
         self.state_log.record("controller.resigned", controller_id=self.id, controller_epoch=epoch, reason=reason)
         log.warning("controller %d resigned (epoch %d): %s", self.id, epoch, reason)
+        logging_setup.set_controller_epoch(-1)  # after the line that names the epoch we leave
         if self.on_role_change is not None:
             self.on_role_change(False)
 

@@ -83,7 +83,7 @@ async def test_grpcurl_lists_describes_and_calls_both_services(cluster_factory: 
 
 
 async def test_metrics_after_a_failover_show_the_new_controller_and_epoch(cluster_factory: Any) -> None:
-    cluster = await cluster_factory(controllers=3, brokers=2)
+    cluster = await cluster_factory(controllers=3, brokers=2, controller_overrides={"log.format": "json"})
     first = await cluster.converged()
     assert (await create_topic(cluster, "m", partitions=4, replication_factor=2)).error_code == 0
     await eventually(lambda: brokers_agree_with_controller(cluster, "m", [1, 2]), 30, what="m online")
@@ -130,6 +130,18 @@ async def test_metrics_after_a_failover_show_the_new_controller_and_epoch(cluste
     assert not [k for k in new if k.split("{")[0].endswith("_created")]  # no series the JMX export lacks
     assert new["kafka_controller_kafkacontroller_globaltopiccount"] == 1
     assert any(re.match(r"kafka_controller_controllerchannelmanager_queuesize\{", k) for k in new)
+
+    # JSON process logs: every line names its node and the epoch it works under; the new
+    # controller's election line already carries the new epoch.
+    log_lines = [
+        json.loads(line)
+        for line in (pathlib.Path(cluster.logs) / f"controller-{second.controller_id}.log").read_text().splitlines()
+        if line.startswith("{")  # (gRPC's C core may write its own lines to stderr)
+    ]
+    assert log_lines and all(line["node"] == f"controller-{second.controller_id}" for line in log_lines)
+    elected = [line for line in log_lines if "elected with epoch" in line["message"]]
+    assert elected[-1]["controller_epoch"] == second.controller_epoch
+    assert {"ts", "level", "logger", "message"} <= set(elected[-1])
 
     leaders = 0.0
     described = None
