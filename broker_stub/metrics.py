@@ -17,6 +17,6 @@ REQUESTS = Counter(
 )
 REJECTED = Counter(
     "kcontroller_broker_rejected_requests_total",
-    "Control requests rejected by fencing, by API and Kafka error code",
-    ["api", "error"],
+    "Control requests rejected by fencing, by API and Kafka error (name and numeric code)",
+    ["api", "error", "code"],
 )

@@ -46,7 +46,7 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
         metrics.REQUESTS.labels(api, "applied" if result.applied else "rejected").inc()
         self._update_gauges()
         if not result.applied:
-            metrics.REJECTED.labels(api, result.error.name).inc()
+            metrics.REJECTED.labels(api, result.error.name, str(int(result.error))).inc()
             self.rejected[int(result.error)] = self.rejected.get(int(result.error), 0) + 1
             log.warning(
                 "rejected %s from controller %d epoch %d (broker epoch %d): %s (we are at controller epoch %d, "
