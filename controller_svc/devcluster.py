@@ -162,6 +162,33 @@ async def wait_converged(spec: dict[str, Any], timeout_s: float, min_epoch: int 
     raise ClusterError(f"cluster did not converge within {timeout_s:.0f} s; last seen: {last}")
 
 
+async def serving(address: str, timeout_s: float = 2.0) -> bool:
+    """The gRPC health status of a controller or broker is SERVING."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    async with tls.aio_channel(address, tls.from_env(), grpc_common.CLIENT_OPTIONS) as channel:
+        try:
+            response = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=timeout_s
+            )
+        except grpc.aio.AioRpcError:
+            return False
+    return bool(response.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+async def wait_ready(spec: dict[str, Any], timeout_s: float) -> ClusterSnapshot:
+    """wait_converged, and every controller ready: the standbys have processed their start-up
+    and know the active controller (their health turns SERVING then)."""
+    deadline = time.monotonic() + timeout_s
+    converged = await wait_converged(spec, timeout_s)
+    while time.monotonic() < deadline:
+        ready = await asyncio.gather(*(serving(c["grpc"]) for c in spec["controllers"]))
+        if all(ready):
+            return converged
+        await asyncio.sleep(0.1)
+    raise ClusterError(f"not every controller was ready within {timeout_s:.0f} s")
+
+
 def up(
     directory: str,
     controllers: int,
@@ -237,7 +264,7 @@ def up(
             )
         write_spec(base, spec)
         if wait:
-            uvloop.run(wait_converged(spec, wait_s))
+            uvloop.run(wait_ready(spec, wait_s))
     except BaseException:
         down(str(base), grace_s=2)
         raise
