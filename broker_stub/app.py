@@ -80,6 +80,8 @@ async def run_broker(config: Config) -> int:
         state.registered = False
         metrics.REGISTERED.set(0)
         health.update_soon(False)  # SERVING again once registered in the new session
+        if reregister_task is not None:
+            reregister_task.cancel()  # a registration of the session just lost must not report SERVING
 
     def new_session() -> None:
         nonlocal reregister_task
@@ -125,6 +127,9 @@ async def run_broker(config: Config) -> int:
     await stop_wait
 
     log.info("broker %d shutting down", broker_id)
+    # Not ready from the first moment of shutdown; the server still answers the controller's
+    # requests during the controlled shutdown.
+    await health.set_serving(False)
     if config["controlled.shutdown.enable"] and state.registered:
         await controlled_shutdown(
             zk,
@@ -137,7 +142,6 @@ async def run_broker(config: Config) -> int:
             ),
             state_log,
         )
-    await health.set_serving(False)
     await cancel_and_wait(registration_task, reregister_task, isr_task)
     try:
         await asyncio.wait_for(registration.deregister(), 5)

@@ -118,9 +118,11 @@ async def run_controller(config: Config) -> int:
     await zk.start(timeout_s=config.int("zookeeper.connection.timeout.ms") / 1000.0)
     for path in paths.PERSISTENT_PATHS:  # KafkaZkClient.createTopLevelPaths
         await zk.ensure_path(path)
-    # Ready once Startup has been processed: elected, or a standby watching /controller.
-    await controller.start().processed
-    await health.set_serving(True)
+    # Ready once Startup has been processed: elected, or a standby watching /controller. Not if
+    # the session was lost meanwhile (Expire preempts Startup): session_lost's NOT_SERVING wins.
+    started = controller.start()
+    health.update_soon(True, after=started.processed)
+    await started.processed
 
     await stop.wait()
     log.info("controller %d shutting down", controller_id)

@@ -294,16 +294,15 @@ class ChannelManager:
         if sender is None:
             return
         dropped = sender.queue.qsize() + (1 if sender.in_flight else 0)
+        # Cancelled now (it is parked at an await, so it writes no metric after this), its
+        # series gone now: a bounced broker's new sender starts from nothing, as in Kafka.
+        sender.task.cancel()
+        _forget_broker_metrics(broker_id)
         self._update_total_queue_size()
         log.info("removed channel to broker %d, dropping %d queued requests", broker_id, dropped)
-        task = spawn(self._close_removed(sender), f"close-sender-{broker_id}")
+        task = spawn(sender.close(), f"close-sender-{broker_id}")
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
-
-    async def _close_removed(self, sender: RequestSender) -> None:
-        await sender.close()
-        if sender.broker.broker_id not in self._senders:  # not added again meanwhile (a bounce)
-            _forget_broker_metrics(sender.broker.broker_id)
 
     def send(self, broker_id: int, api: str, request: Any, callback: ResponseCallback | None = None) -> bool:
         sender = self._senders.get(broker_id)

@@ -1,8 +1,8 @@
 """The local-cluster launcher (DESIGN.md contract 4): `controller-svc cluster up|down|status`.
 
 `up` starts ZooKeeper (unless one is given), C controllers and B brokers as background
-processes, waits until a controller is elected and every broker has applied its
-UpdateMetadata, and writes DIR/cluster.json. Tests, the demo and benchmarks use it.
+processes, waits until a controller is elected, every broker has applied its UpdateMetadata
+and every controller reports SERVING, and writes DIR/cluster.json. Tests, the demo and benchmarks use it.
 """
 
 from __future__ import annotations
@@ -181,12 +181,14 @@ async def wait_ready(spec: dict[str, Any], timeout_s: float) -> ClusterSnapshot:
     and know the active controller (their health turns SERVING then)."""
     deadline = time.monotonic() + timeout_s
     converged = await wait_converged(spec, timeout_s)
-    while time.monotonic() < deadline:
+    while True:  # asked at least once, however long converging took
         ready = await asyncio.gather(*(serving(c["grpc"]) for c in spec["controllers"]))
         if all(ready):
             return converged
+        if time.monotonic() >= deadline:
+            not_ready = [c["id"] for c, ok in zip(spec["controllers"], ready, strict=True) if not ok]
+            raise ClusterError(f"controllers {not_ready} not SERVING within {timeout_s:.0f} s")
         await asyncio.sleep(0.1)
-    raise ClusterError(f"not every controller was ready within {timeout_s:.0f} s")
 
 
 def up(

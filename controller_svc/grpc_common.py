@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import socket
 from collections.abc import Awaitable, Sequence
 from typing import Any
@@ -14,8 +13,6 @@ from grpc_reflection.v1alpha import reflection
 
 from controller_svc.tasks import spawn
 from controller_svc.tls import TlsFiles, server_credentials
-
-log = logging.getLogger(__name__)
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -48,11 +45,7 @@ class Health:
 
         async def update() -> None:
             if after is not None:
-                try:
-                    await after
-                except Exception as e:  # the event failed: stay as we are
-                    log.warning("health stays unchanged: %r", e)
-                    return
+                await after  # an event's `processed` completes even when its handler failed
             if generation == self._generation:
                 await self._apply(serving)
 

@@ -4,7 +4,7 @@ JMX exporter's Kafka rules give them, so dashboards built on Kafka's metrics rea
 
     <name>_count                     every observation (the rules' `...><>Count` -> `_count`)
     <name>{quantile="0.99"}          `99thPercentile` -> quantile "0.99" (0.50 0.75 0.95 0.98 0.99 0.999)
-    <name>_sum                       not in the JMX export; Prometheus' own summary convention
+    <name>_sum                       not in the JMX export; added, as a Prometheus summary has it
 
 prometheus_client's Summary has no quantiles, hence this collector. Like Yammer's
 ExponentiallyDecayingSample (what Kafka's histograms use), the quantiles are taken over a
@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from prometheus_client.core import REGISTRY, SummaryMetricFamily
+from prometheus_client.core import REGISTRY, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 # The percentiles a Yammer Snapshot exposes over JMX, with the quantile label the JMX
@@ -123,8 +123,8 @@ class DecayingReservoir:
 
 
 class KafkaHistogram(Collector):
-    """A family of DecayingReservoirs, one per label set (`labels("1")` for broker 1), exposed as
-    one Prometheus summary with quantiles."""
+    """A family of DecayingReservoirs, one per label set (`labels("1")` for broker 1), exposed
+    as the JMX exporter exposes a Kafka histogram or timer."""
 
     def __init__(
         self,
@@ -166,17 +166,29 @@ class KafkaHistogram(Collector):
         with self._lock:
             self._children.pop(tuple(str(v) for v in values), None)
 
-    def describe(self) -> Iterable[SummaryMetricFamily]:
-        return [SummaryMetricFamily(self.name, self.documentation, labels=self.labelnames)]
+    def _families(self) -> tuple[Metric, Metric, Metric]:
+        # Three families, as the JMX exporter's rules make them: the percentiles are a GAUGE
+        # (so Prometheus 3, which rewrites a *summary's* quantile "0.50" as "0.5", keeps the
+        # label dashboards match on), and `_count` (the rules' COUNTER) and `_sum` are plain
+        # series (a `counter` family here would be renamed `..._count_total`).
+        return (
+            Metric(self.name, self.documentation, "gauge"),
+            Metric(f"{self.name}_count", f"{self.documentation}: observations", "unknown"),
+            Metric(f"{self.name}_sum", f"{self.documentation}: sum of observations", "unknown"),
+        )
 
-    def collect(self) -> Iterable[SummaryMetricFamily]:
-        family = SummaryMetricFamily(self.name, self.documentation, labels=self.labelnames)
+    def describe(self) -> Iterable[Metric]:
+        return self._families()
+
+    def collect(self) -> Iterable[Metric]:
+        quantiles, counts, sums = families = self._families()
         with self._lock:
             children = list(self._children.items())
         for key, reservoir in children:
             snap = reservoir.snapshot()
-            family.add_metric(list(key), snap.count, snap.total)
             labels = dict(zip(self.labelnames, key, strict=True))
             for quantile, value in snap.quantiles:
-                family.add_sample(self.name, {**labels, "quantile": quantile}, value)
-        return [family]
+                quantiles.add_sample(self.name, {**labels, "quantile": quantile}, value)
+            counts.add_sample(counts.name, labels, snap.count)
+            sums.add_sample(sums.name, labels, snap.total)
+        return families

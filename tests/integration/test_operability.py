@@ -8,6 +8,7 @@ import json
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from typing import Any
@@ -133,9 +134,11 @@ async def test_metrics_after_a_failover_show_the_new_controller_and_epoch(cluste
 
     # JSON process logs: every line names its node and the epoch it works under; the new
     # controller's election line already carries the new epoch.
+    text = (pathlib.Path(cluster.logs) / f"controller-{second.controller_id}.log").read_text()
+    complete = text[: text.rfind("\n") + 1]  # the process is still writing: only whole lines
     log_lines = [
         json.loads(line)
-        for line in (pathlib.Path(cluster.logs) / f"controller-{second.controller_id}.log").read_text().splitlines()
+        for line in complete.splitlines()
         if line.startswith("{")  # (gRPC's C core may write its own lines to stderr)
     ]
     assert log_lines and all(line["node"] == f"controller-{second.controller_id}" for line in log_lines)
@@ -167,3 +170,50 @@ async def test_metrics_after_a_failover_show_the_new_controller_and_epoch(cluste
     labels = 'api="UpdateMetadata",code="11",error="STALE_CONTROLLER_EPOCH"'
     rejected = "kcontroller_broker_rejected_requests_total{" + labels + "}"
     assert broker[rejected] >= 1
+
+
+async def test_a_resigned_controller_reports_zero_for_the_active_controller_gauges(cluster_factory: Any) -> None:
+    """Kafka's KafkaController gauges read 0 off the active controller, so summing them over
+    controllers (as dashboards do) counts an offline partition once, also after a failover."""
+    cluster = await cluster_factory(controllers=2, brokers=2)
+    first = await cluster.converged()
+    assert (await create_topic(cluster, "lonely", assignment={0: [2]})).error_code == 0
+    await eventually(lambda: brokers_agree_with_controller(cluster, "lonely", [2]), 30, what="lonely online")
+    cluster.kill(cluster.broker(2))  # its only replica: the partition goes offline
+    offline = "kafka_controller_kafkacontroller_offlinepartitionscount"
+    active = "kafka_controller_kafkacontroller_activecontrollercount"
+    partitions = "kafka_controller_kafkacontroller_globalpartitioncount"
+
+    async def gauges(controller_id: int) -> tuple[float, float, float]:
+        scraped = await asyncio.to_thread(scrape, cluster.controller(controller_id)["metrics"])
+        return scraped[active], scraped[offline], scraped[partitions]
+
+    async def offline_on_first() -> bool:
+        return await gauges(first.controller_id) == (1, 1, 1)
+
+    await eventually(offline_on_first, 30, what="the offline partition in the active controller's metrics")
+
+    # The active controller becomes a zombie (stopped past its session timeout): the other one
+    # takes over; the zombie wakes up, resigns and must not go on reporting what it saw.
+    zombie = cluster.controller(first.controller_id)
+    cluster.signal(zombie, signal.SIGSTOP)
+    try:
+        second = await cluster.converged(min_epoch=first.controller_epoch + 1, brokers=[1])
+    finally:
+        cluster.signal(zombie, signal.SIGCONT)
+    assert second.controller_id != first.controller_id
+
+    async def resigned() -> bool:
+        return any(
+            r["kind"] == "controller.resigned" and r["controller_epoch"] == first.controller_epoch
+            for r in cluster.records(f"controller-{first.controller_id}")
+        )
+
+    await eventually(resigned, 30, what="the zombie to resign")
+
+    async def follow_the_active_controller() -> bool:
+        assert await gauges(first.controller_id) == (0, 0, 0)
+        assert await gauges(second.controller_id) == (1, 1, 1)
+        return True
+
+    await eventually(follow_the_active_controller, 20, what="the gauges to follow the active controller")

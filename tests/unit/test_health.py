@@ -56,13 +56,3 @@ async def test_a_direct_update_supersedes_a_pending_one() -> None:
     reelected.set_result(None)
     await settle()
     assert await status(health) == health_pb2.HealthCheckResponse.NOT_SERVING
-
-
-async def test_a_failed_reelection_leaves_the_status_alone() -> None:
-    health = Health(grpc.aio.server(), [])
-    await health.set_serving(False)
-    reelected: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    health.update_soon(True, after=reelected)
-    reelected.set_exception(RuntimeError("event failed"))
-    await settle()
-    assert await status(health) == health_pb2.HealthCheckResponse.NOT_SERVING

@@ -89,14 +89,17 @@ def test_exposition_matches_the_jmx_exporter_shape() -> None:
     text = generate_latest(registry).decode()
     # An unlabelled timer is there before its first observation, with zeros (as in JMX).
     assert "kafka_controller_controllerstats_leaderelectionrateandtimems_count 0.0" in text
-    assert "requestrateandqueuetimems_count" not in text
+    assert "requestrateandqueuetimems_count{" not in text  # no series before a broker has one
 
     for value in (1.0, 2.0, 3.0):
         timer.observe(value)
     queue.labels("1").observe(5.0)
     queue.labels("2").observe(7.0)
     text = generate_latest(registry).decode()
-    assert "# TYPE kafka_controller_controllerstats_leaderelectionrateandtimems summary" in text
+    # Quantiles are a gauge, as the JMX exporter's rules type them (Prometheus 3 would rewrite
+    # a summary's quantile="0.50" as "0.5" and break dashboards matching on "0.50").
+    assert "# TYPE kafka_controller_controllerstats_leaderelectionrateandtimems gauge" in text
+    assert "# TYPE kafka_controller_controllerstats_leaderelectionrateandtimems_count untyped" in text
     assert "kafka_controller_controllerstats_leaderelectionrateandtimems_count 3.0" in text
     assert "kafka_controller_controllerstats_leaderelectionrateandtimems_sum 6.0" in text
     assert 'kafka_controller_controllerstats_leaderelectionrateandtimems{quantile="0.50"} 2.0' in text
