@@ -33,23 +33,38 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+# Ports this process has handed out: a port is free when checked but only taken when the server
+# binds it, so two nodes of one cluster could otherwise be given the same port.
+_handed_out: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port for a server we are about to start. Chosen below the kernel's ephemeral range:
-    ports handed out there are also taken by outgoing connections (ZooKeeper clients, gRPC
-    channels) between our check and the server's bind."""
+    """A port for a server we are about to start, never one this process handed out before.
+    Chosen below the kernel's ephemeral range: ports handed out there are also taken by
+    outgoing connections (ZooKeeper clients, gRPC channels) between our check and the bind."""
+    if len(_handed_out) > 8000:  # a long-lived launcher: forget the oldest generation
+        _handed_out.clear()
     low, _high = _ephemeral_range()
     if low > 12000:
         for _ in range(50):
             port = random.randrange(10000, low - 1)
+            if port in _handed_out:
+                continue
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 try:
                     s.bind((host, port))
                 except OSError:
                     continue
-                return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+            _handed_out.add(port)
+            return port
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise OSError(f"no free port on {host}")
 
 
 def classpath() -> str:

@@ -28,3 +28,10 @@ async def test_three_node_ensemble_serves_and_survives_one_node_loss(tmp_path: p
     finally:
         ensemble.stop()
     assert not any(zookeeper_launcher.pid_alive(p) for p in ensemble.pids)
+
+
+def test_free_ports_are_never_handed_out_twice() -> None:
+    # A cluster's nodes get their ports before any of them binds: a repeat would make two
+    # servers race for one port (seen as "Address already in use" at start-up).
+    ports = [zookeeper_launcher.free_port() for _ in range(600)]
+    assert len(set(ports)) == len(ports)
