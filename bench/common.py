@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import pathlib
+import platform
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterable
@@ -98,8 +101,32 @@ def records(logs: str, kinds: Iterable[str] | None = None) -> list[dict[str, Any
     return sorted(result, key=lambda r: r["ts"])
 
 
+def machine() -> dict[str, Any]:
+    """What a result was measured on: core count, the commit (with a mark if the tree was dirty)."""
+    try:
+        commit = subprocess.run(
+            ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    return {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "commit": commit,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
 def emit(result: dict[str, Any]) -> None:
+    result.setdefault("machine", machine())
     print(json.dumps(result, indent=2, sort_keys=True), flush=True)
+
+
+def save(path: str, results: list[dict[str, Any]]) -> None:
+    """Write a run's results as committed under bench/results/ (JSON list, one per size)."""
+    target = pathlib.Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 class LogTail:

@@ -16,6 +16,7 @@ from broker_stub.state import BrokerState
 from controller_svc import grpc_common, tls
 from controller_svc.config import Config
 from controller_svc.errors import ControllerError
+from controller_svc.loop_monitor import EventLoopMonitor, warn_threshold_s
 from controller_svc.model import BrokerInfo, EndPoint
 from controller_svc.state_change_log import StateChangeLog
 from controller_svc.tasks import cancel_and_wait, spawn
@@ -112,6 +113,8 @@ async def run_broker(config: Config) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
+    monitor = EventLoopMonitor(state_log, warn_threshold_s(config.int("zookeeper.session.timeout.ms")))
+    monitor_task = spawn(monitor.run(), "event-loop-monitor")
     await zk.start(timeout_s=config.int("zookeeper.connection.timeout.ms") / 1000.0)
     await registration.ensure_top_level_paths()
     registration_task = spawn(register(), "broker-registration")
@@ -120,7 +123,7 @@ async def run_broker(config: Config) -> int:
     await asyncio.wait([registration_task, stop_wait], return_when=asyncio.FIRST_COMPLETED)
     if registration_task.done() and registration_task.exception() is not None:
         log.error("broker %d: registration failed: %s", broker_id, registration_task.exception())
-        await cancel_and_wait(isr_task)
+        await cancel_and_wait(isr_task, monitor_task)
         await zk.close()
         await server.stop(grace=0)
         return 1
@@ -151,5 +154,6 @@ async def run_broker(config: Config) -> int:
     await zk.close()
     # Deregistered already: in-flight control requests get a moment, nothing new arrives.
     await server.stop(grace=0.3)
+    await cancel_and_wait(monitor_task)
     state_log.close()
     return 0

@@ -12,8 +12,10 @@ from controller_svc import grpc_common, tls
 from controller_svc.channel_manager import tls_client_factory
 from controller_svc.config import Config
 from controller_svc.controller import Controller, ControllerSettings
+from controller_svc.loop_monitor import EventLoopMonitor, warn_threshold_s
 from controller_svc.server import SERVICE_NAME, ControllerService
 from controller_svc.state_change_log import StateChangeLog
+from controller_svc.tasks import cancel_and_wait, spawn
 from controller_svc.zk import paths
 from controller_svc.zk.client import ZkClient, digest_auth_from_config
 from kcontroller.v1 import controller_pb2_grpc
@@ -101,6 +103,7 @@ async def run_controller(config: Config) -> int:
         auto_leader_rebalance_enable=bool(config["auto.leader.rebalance.enable"]),
         leader_imbalance_per_broker_percentage=config.int("leader.imbalance.per.broker.percentage"),
         leader_imbalance_check_interval_s=float(config.int("leader.imbalance.check.interval.seconds")),
+        debug_failover_hold_loop_s=config.int("debug.failover.hold.loop.ms") / 1000.0,
     )
     controller = Controller(settings, zk, state_log, client_factory=tls_client_factory(tls_files))
     controller_pb2_grpc.add_ControllerServicer_to_server(ControllerService(controller), server)
@@ -114,6 +117,13 @@ async def run_controller(config: Config) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+
+    def current_step() -> str | None:
+        event = controller.events.current if controller is not None else None
+        return type(event).__name__ if event is not None else None
+
+    monitor = EventLoopMonitor(state_log, warn_threshold_s(config.int("zookeeper.session.timeout.ms")), current_step)
+    monitor_task = spawn(monitor.run(), "event-loop-monitor")
 
     await zk.start(timeout_s=config.int("zookeeper.connection.timeout.ms") / 1000.0)
     for path in paths.PERSISTENT_PATHS:  # KafkaZkClient.createTopLevelPaths
@@ -132,5 +142,6 @@ async def run_controller(config: Config) -> int:
     # waiting for the session timeout.
     await zk.close()
     await server.stop(grace=1.0)
+    await cancel_and_wait(monitor_task)
     state_log.close()
     return 0

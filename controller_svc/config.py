@@ -153,6 +153,14 @@ CONTROLLER_KEYS: tuple[Key, ...] = (
         "",
         "With TLS: certificate identities allowed to call ControlledShutdown (brokers; empty: any the CA signed)",
     ),
+    Key(
+        "debug.failover.hold.loop.ms",
+        int,
+        0,
+        "Fault injection (tests): after the failover's metadata load, compute this long without yielding, "
+        "as a failover over a very large cluster does (0: off)",
+        _non_negative,
+    ),
     *COMMON_KEYS,
 )
 

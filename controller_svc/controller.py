@@ -50,6 +50,16 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def hold_event_loop(seconds: float) -> None:
+    """Compute in pure Python for `seconds` without yielding, holding the GIL as real work does
+    (time.sleep would release it): the fault `debug.failover.hold.loop.ms` injects."""
+    log.warning("fault injection: holding the event loop for %.0f ms", seconds * 1000)
+    deadline = time.monotonic() + seconds
+    spins = 0
+    while time.monotonic() < deadline:
+        spins += sum(range(1000)) & 1
+
+
 @dataclass(frozen=True, slots=True)
 class ControllerSettings:
     controller_id: int
@@ -65,6 +75,8 @@ class ControllerSettings:
     leader_imbalance_check_interval_s: float = 300.0
     # Kafka runs the first automatic rebalance 5 s after failover.
     first_rebalance_delay_s: float = 5.0
+    # Fault injection: hold the event loop this long after the failover's load (0: off).
+    debug_failover_hold_loop_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,6 +471,8 @@ class Controller:
         self._watch_broker_data(set(brokers))
         await load_all(self.zk, self.context)
         loaded = time.monotonic()
+        if self.settings.debug_failover_hold_loop_s > 0:
+            hold_event_loop(self.settings.debug_failover_hold_loop_s)
         self.channels = ChannelManager(
             self.context.epoch,
             self.state_log,

@@ -1,6 +1,12 @@
 """The aiozk adapter: one ZooKeeper session, watches that only call back, multi-ops with
 per-op results, pipelined reads, and session-loss / new-session notifications.
 
+The session runs on its own thread and event loop (`io_thread.py`, Kafka's ZooKeeperClient
+threads): every request is carried out there and its result handed back to the caller's loop;
+watch and session callbacks are delivered to the loop that started the client, in the order
+ZooKeeper sent them. A caller that holds its own loop for seconds delays only its own work,
+never the session's heartbeats.
+
 aiozk exceptions never leave this module: they become `controller_svc.errors` types
 (kazoo's and httpcore's translation at the boundary). Nothing here knows about
 controllers or brokers.
@@ -15,9 +21,9 @@ import functools
 import hashlib
 import logging
 import struct
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 import aiozk
 from aiozk import exc as zk_exc
@@ -34,10 +40,12 @@ from controller_svc.errors import (
     ZkUnavailableError,
 )
 from controller_svc.tasks import spawn
+from controller_svc.zk.io_thread import ZkIoThread, deliver_to
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class ZnodeStat(NamedTuple):
@@ -285,6 +293,24 @@ def digest_auth_from_config(values: Any) -> tuple[ZkDigestAuth | None, bool]:
     return ZkDigestAuth(user, password), set_acl
 
 
+def _on_io_thread(
+    method: Callable[Concatenate[ZkClient, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[ZkClient, P], Coroutine[Any, Any, T]]:
+    """Run the method's body on the session's thread; the caller awaits it on its own loop.
+    A call made on the session's thread already (one method using another) runs in place."""
+
+    async def on_io_thread(self: ZkClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        io = self._io
+        if io is None:
+            raise ZkUnavailableError("the ZooKeeper client is not started (or was closed)")
+        return await io.run(method(self, *args, **kwargs))
+
+    on_io_thread.__name__ = method.__name__
+    on_io_thread.__qualname__ = method.__qualname__
+    on_io_thread.__doc__ = method.__doc__
+    return on_io_thread
+
+
 class ZkClient:
     """One ZooKeeper session, re-created by aiozk after expiry.
 
@@ -320,6 +346,9 @@ class ZkClient:
         self._closing = False
         self._watches: dict[tuple[WatchKind, str], list[Callable[[str], None]]] = {}
         self._multi_read: bool | None = None  # unknown until the first multiRead
+        self._io: ZkIoThread | None = None
+        # The loop that started the client: watch and session callbacks are delivered there.
+        self._owner_loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:
         return f"ZkClient({self.connect_string!r}, session=0x{self.session_id:x})"
@@ -335,6 +364,16 @@ class ZkClient:
         return self._client is not None and self._client.session.state == States.CONNECTED
 
     async def start(self, timeout_s: float | None = None) -> None:
+        self._owner_loop = asyncio.get_running_loop()
+        io = self._io = ZkIoThread(f"zookeeper-io-{id(self):x}")
+        try:
+            await io.run(self._start_session(timeout_s))
+        except BaseException:
+            self._io = None
+            await asyncio.to_thread(io.stop)
+            raise
+
+    async def _start_session(self, timeout_s: float | None) -> None:
         self._client = aiozk.ZKClient(
             self._servers,
             chroot=self._chroot,
@@ -401,7 +440,16 @@ class ZkClient:
                 log.debug("closing a half-started ZooKeeper client failed", exc_info=True)
 
     async def close(self) -> None:
+        io, self._io = self._io, None
         self._closing = True
+        if io is None:
+            return
+        try:
+            await io.run(self._close_session())
+        finally:
+            await asyncio.to_thread(io.stop)
+
+    async def _close_session(self) -> None:
         if self._monitor_task is not None:
             self._monitor_task.cancel()
             try:
@@ -424,15 +472,22 @@ class ZkClient:
                 return
             log.warning("ZooKeeper session 0x%x lost (expired or closed by the server)", known_session)
             if self._on_session_lost is not None:
-                self._on_session_lost()
+                self._deliver(self._on_session_lost)
             await session.state.wait_for(States.CONNECTED)
             if self._closing:
                 return
             known_session = self.session_id
             log.warning("new ZooKeeper session 0x%x", known_session)
             if self._on_new_session is not None:
-                self._on_new_session()
+                self._deliver(self._on_new_session)
 
+    def _deliver(self, callback: Callable[..., None], *args: Any) -> None:
+        """From the session's thread to the owner's loop (watch and session callbacks only
+        enqueue there: Kafka's ZNodeChangeHandler -> eventManager.put)."""
+        assert self._owner_loop is not None
+        deliver_to(self._owner_loop, callback, *args)
+
+    @_on_io_thread
     async def wait_connected(self) -> None:
         await self._client.session.state.wait_for(States.CONNECTED)
 
@@ -456,21 +511,28 @@ class ZkClient:
     def unwatch(self, path: str) -> None:
         """Drop every callback registered on `path`."""
         full = self._client.normalize_path(path)
+        assert self._io is not None
         for kind in WatchKind:
             for wrapper in self._watches.pop((kind, full), []):
-                self._client.session.remove_watch_callback(int(kind), full, wrapper)
+                self._io.call(self._client.session.remove_watch_callback, int(kind), full, wrapper)
 
     def _add_watch(self, kind: WatchKind, path: str, callback: WatchCallback) -> None:
         full = self._client.normalize_path(path)
 
-        def fire(_full_path: str) -> None:
+        def run_callback() -> None:
             try:
                 callback(kind, path)
             except Exception:
                 log.exception("watch callback for %s %s failed", kind.name, path)
 
+        def fire(_full_path: str) -> None:  # on the session's thread
+            self._deliver(run_callback)
+
         self._watches.setdefault((kind, full), []).append(fire)
-        self._client.session.add_watch_callback(int(kind), full, fire)
+        # aiozk's watch table is the session thread's: change it there, in order with the reads
+        # that arm the watch.
+        assert self._io is not None
+        self._io.call(self._client.session.add_watch_callback, int(kind), full, fire)
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -489,10 +551,12 @@ class ZkClient:
             except Exception as e:
                 raise translate(e, path) from e
 
+    @_on_io_thread
     async def get(self, path: str, watch: bool = False) -> tuple[bytes, ZnodeStat]:
         data, stat = await self._read(path, lambda: self._client.get(path, watch=watch))
         return (data or b""), ZnodeStat.of(stat)
 
+    @_on_io_thread
     async def get_or_none(self, path: str, watch: bool = False) -> tuple[bytes, ZnodeStat] | None:
         try:
             return await self.get(path, watch=watch)
@@ -503,6 +567,7 @@ class ZkClient:
                     return await self.get(path, watch=watch)
             return None
 
+    @_on_io_thread
     async def exists(self, path: str, watch: bool = False) -> ZnodeStat | None:
         full = self._client.normalize_path(path)
         try:
@@ -511,10 +576,12 @@ class ZkClient:
             return None
         return ZnodeStat.of(response.stat)
 
+    @_on_io_thread
     async def get_children(self, path: str, watch: bool = False) -> list[str]:
         children = await self._read(path, lambda: self._client.get_children(path, watch=watch))
         return sorted(children)
 
+    @_on_io_thread
     async def get_children_or_empty(self, path: str, watch: bool = False) -> list[str]:
         try:
             return await self.get_children(path, watch=watch)
@@ -523,6 +590,7 @@ class ZkClient:
                 await self.exists(path, watch=True)
             return []
 
+    @_on_io_thread
     async def pipelined(self, calls: Iterable[Callable[[], Any]]) -> list[Any]:
         """Run many read coroutines with at most `max_in_flight` outstanding on the session
         (zookeeper.max.in.flight.requests); results in call order."""
@@ -534,6 +602,7 @@ class ZkClient:
 
         return list(await asyncio.gather(*(bounded(c) for c in calls)))
 
+    @_on_io_thread
     async def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, ZnodeStat] | None]:
         """Many reads, in call order; a missing znode gives None. Batched with multiRead where
         the server has it (3.6+), else pipelined single reads."""
@@ -581,6 +650,7 @@ class ZkClient:
 
     # --- writes -----------------------------------------------------------------------------
 
+    @_on_io_thread
     async def create(self, path: str, data: bytes = b"", ephemeral: bool = False, sequential: bool = False) -> OpResult:
         result = (await self.multi([CreateOp(path, data, ephemeral, sequential)]))[0]
         if result.stat is None:
@@ -590,12 +660,14 @@ class ZkClient:
             result = OpResult(result.op, result.path, await self.exists(result.path))
         return result
 
+    @_on_io_thread
     async def set_data(self, path: str, data: bytes, version: int = -1) -> ZnodeStat:
         try:
             return ZnodeStat.of(await self._client.set(path, data, version))
         except Exception as e:
             raise translate(e, path) from e
 
+    @_on_io_thread
     async def delete(self, path: str, version: int = -1) -> None:
         full = self._client.normalize_path(path)
         try:
@@ -603,6 +675,7 @@ class ZkClient:
         except Exception as e:
             raise translate(e, path) from e
 
+    @_on_io_thread
     async def ensure_path(self, path: str) -> None:
         """Create `path` and its parents as persistent empty znodes where missing."""
         parts = [p for p in path.split("/") if p]
@@ -617,6 +690,7 @@ class ZkClient:
                 if not isinstance(e.cause, ZkNodeExistsError):
                     raise e.cause from e
 
+    @_on_io_thread
     async def multi(self, ops: Sequence[ZkOp]) -> list[OpResult]:
         """Run `ops` atomically. Raises `MultiOpError` naming the op that failed."""
         if not ops:

@@ -94,19 +94,20 @@ async def cluster_factory(
 
     async def make(controllers: int = 3, brokers: int = 3, wait: bool = True, **kwargs: Any) -> Cluster:
         directory = tmp_path / f"cluster{len(started)}"
+        session_timeout_ms = kwargs.get("session_timeout_ms", SESSION_TIMEOUT_MS)
         spec = await asyncio.to_thread(
             devcluster.up,
             str(directory),
             controllers,
             brokers,
             chroot_connect,
-            SESSION_TIMEOUT_MS,
+            session_timeout_ms,
             kwargs.get("controller_overrides"),
             kwargs.get("broker_overrides"),
             90.0,
             wait,
         )
-        cluster = Cluster(directory, spec, SESSION_TIMEOUT_MS)
+        cluster = Cluster(directory, spec, session_timeout_ms)
         started.append(cluster)
         _histories.append(pathlib.Path(cluster.logs))
         return cluster

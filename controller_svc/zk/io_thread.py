@@ -1,0 +1,106 @@
+"""The ZooKeeper session's own thread and event loop.
+
+Kafka keeps ZooKeeper I/O off the controller thread (ZooKeeperClient's send and event threads),
+so a controller step that computes for seconds never costs it its session. Here the aiozk
+session (its connection, heartbeats, request replies and watch events) lives on an event loop
+of its own in a daemon thread; the process's main loop hands it coroutines and gets their
+results back as futures. Python's GIL switch interval (5 ms) bounds how long a busy main
+thread can keep this one from sending a heartbeat, so the session survives any step of the
+controller, however long it holds the main loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio works too
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class ZkIoThread:
+    """A daemon thread running one event loop until `stop`."""
+
+    def __init__(self, name: str = "zookeeper-io") -> None:
+        self.loop = _new_loop()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+        self._started.wait()
+
+    def __repr__(self) -> str:
+        return f"ZkIoThread({self._thread.name!r}, alive={self._thread.is_alive()})"
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._started.set)
+        try:
+            self.loop.run_forever()
+        finally:
+            try:
+                pending = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            finally:
+                self.loop.close()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not self.loop.is_closed()
+
+    def on_this_thread(self) -> bool:
+        try:
+            return asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            return False
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` on the ZooKeeper loop and await its result on the caller's loop.
+        Cancelling the caller cancels the coroutine there."""
+        if self.on_this_thread():
+            return await coro
+        if not self.alive:
+            coro.close()
+            raise RuntimeError("the ZooKeeper I/O thread has stopped")
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return await asyncio.wrap_future(future)
+
+    def call(self, callback: Callable[..., Any], *args: Any) -> None:
+        """Run a plain callback on the ZooKeeper loop (in order with `run`'s coroutines)."""
+        if self.on_this_thread():
+            callback(*args)
+        elif self.alive:
+            self.loop.call_soon_threadsafe(callback, *args)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        if self.on_this_thread():
+            raise RuntimeError("the ZooKeeper I/O thread cannot stop itself")
+        if self.alive:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            log.warning("the ZooKeeper I/O thread did not stop within %.1f s", timeout_s)
+
+
+def deliver_to(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], *args: Any) -> None:
+    """Hand a callback to the owner's loop from the ZooKeeper thread; dropped once that loop
+    has closed (the process is exiting)."""
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:
+        log.debug("dropping %r: its event loop is closed", callback)

@@ -1,0 +1,77 @@
+"""A controller step that holds the event loop longer than the ZooKeeper session timeout must
+not cost the controller its session (the failover-windows issue, section 0: at 100k partitions
+a failover that starved the session's heartbeats lost it half-way and re-elected endlessly).
+
+The session timeout is the shortest ZooKeeper grants here (1 s with the fixtures' 500 ms tick).
+The standby's failover loads a few thousand real partitions and then, through the fault
+injection `debug.failover.hold.loop.ms`, computes for three session timeouts without yielding,
+as a failover over a very large cluster does (bench/failover.py measures the real thing at 100k
+partitions). The test proves that the hold happened (the controller's own `event_loop.blocked`
+record), then that the failover completed with exactly one election, no resignation and no
+lost session, and that the brokers follow the new controller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+
+from controller_svc.admin_client import AdminClient
+from controller_svc.devcluster import read_controller
+from kcontroller.v1 import controller_pb2
+from tests.integration.harness import eventually, read_records
+
+SESSION_TIMEOUT_MS = 1000
+HOLD_MS = 3 * SESSION_TIMEOUT_MS
+PARTITIONS = 3000
+
+
+async def test_failover_that_holds_the_loop_past_the_session_timeout_keeps_its_session(cluster_factory) -> None:
+    cluster = await cluster_factory(
+        controllers=2,
+        brokers=3,
+        session_timeout_ms=SESSION_TIMEOUT_MS,
+        controller_overrides={"debug.failover.hold.loop.ms": str(HOLD_MS)},
+    )
+    admin = AdminClient(zookeeper=cluster.zookeeper, timeout_s=120)
+    response = await admin.create_topics(
+        controller_pb2.CreateTopicsRequest(
+            topics=[controller_pb2.CreatableTopic(name="load", num_partitions=PARTITIONS, replication_factor=3)]
+        )
+    )
+    assert response.error_code == 0 and response.topics[0].error_code == 0, response
+
+    async def all_led() -> bool:
+        description = await admin.describe_cluster(include_partitions=True)
+        return sum(1 for p in description.partitions if p.leader >= 0) == PARTITIONS
+
+    await eventually(all_led, timeout_s=120, interval_s=0.5, what=f"{PARTITIONS} partitions led")
+    old_id, old_epoch = await read_controller(cluster.zookeeper)
+    new_id = next(c["id"] for c in cluster.spec["controllers"] if c["id"] != old_id)
+    new_node = f"controller-{new_id}"
+
+    await cluster.stop_node(cluster.controller(old_id), timeout_s=60)
+
+    async def completed() -> list[dict]:
+        return [
+            r
+            for r in read_records(cluster.logs, new_node)
+            if r["kind"] == "controller.failover_completed" and r["controller_epoch"] > old_epoch
+        ]
+
+    await eventually(completed, timeout_s=60, interval_s=0.2, what="the takeover")
+    # Three more session timeouts: a session lost during the failover has expired by now.
+    await asyncio.sleep(3 * SESSION_TIMEOUT_MS / 1000)
+
+    records = read_records(cluster.logs)
+    held = [r["blocked_ms"] for r in records if r["node"] == new_node and r["kind"] == "event_loop.blocked"]
+    assert held and max(held) >= HOLD_MS * 0.9, f"{new_node}'s loop was not held as injected: {held}"
+    elections = [r for r in records if r["kind"] == "controller.elected" and r["controller_epoch"] > old_epoch]
+    assert [(r["controller_id"], r["controller_epoch"]) for r in elections] == [(new_id, old_epoch + 1)]
+    assert not [r for r in records if r["kind"] == "controller.resigned" and r["node"] == new_node]
+    process_log = await asyncio.to_thread(pathlib.Path(cluster.logs, f"{new_node}.log").read_text)
+    assert "lost (expired or closed by the server)" not in process_log, process_log[-3000:]
+    assert "event loop held for" in process_log and "by Reelect" in process_log
+    assert (await read_controller(cluster.zookeeper)) == (new_id, old_epoch + 1)
+    snapshot = await cluster.converged(min_epoch=old_epoch + 1, timeout_s=60)
+    assert snapshot.controller_epoch == old_epoch + 1
