@@ -440,6 +440,22 @@ class Controller:
         except ControllerError as e:
             log.warning("controller %d: could not check /controller after resigning: %s", self.id, e)
 
+    def _term_watches(self) -> tuple[tuple[bool, str, Callable[[WatchKind, str], None]], ...]:
+        """(children?, path, callback) of every watch a term of office holds: failover registers
+        this table, resignation removes the same one (KafkaController.onControllerFailover's
+        childChangeHandlers and nodeChangeHandlers, unregistered by onControllerResignation).
+        Per-broker and per-topic data watches follow the brokers and topics themselves."""
+        return (
+            (True, paths.BROKER_IDS, self._on_broker_ids),
+            (True, paths.BROKER_TOPICS, self._on_topics),
+            (True, paths.ISR_CHANGE_NOTIFICATION, self._on_isr_change),
+            (True, paths.LOG_DIR_EVENT_NOTIFICATION, self._on_log_dir_event),
+            (True, paths.CONFIG_CHANGES, self._on_config_change),
+            (True, paths.DELETE_TOPICS, self._on_delete_topics),
+            (False, paths.REASSIGN_PARTITIONS, self._on_reassign_partitions),
+            (False, paths.PREFERRED_REPLICA_ELECTION, self._on_preferred_election),
+        )
+
     async def _on_controller_failover(self) -> None:
         """KafkaController.onControllerFailover: watches, metadata, channels, UpdateMetadata."""
         self.is_active = True
@@ -456,14 +472,8 @@ class Controller:
         self.vacancy_seen_ms = None
         if self.on_role_change is not None:
             self.on_role_change(True)
-        self.zk.watch_children(paths.BROKER_IDS, self._on_broker_ids)
-        self.zk.watch_children(paths.BROKER_TOPICS, self._on_topics)
-        self.zk.watch_children(paths.ISR_CHANGE_NOTIFICATION, self._on_isr_change)
-        self.zk.watch_children(paths.LOG_DIR_EVENT_NOTIFICATION, self._on_log_dir_event)
-        self.zk.watch_children(paths.CONFIG_CHANGES, self._on_config_change)
-        self.zk.watch_children(paths.DELETE_TOPICS, self._on_delete_topics)
-        self.zk.watch_data(paths.REASSIGN_PARTITIONS, self._on_reassign_partitions)
-        self.zk.watch_data(paths.PREFERRED_REPLICA_ELECTION, self._on_preferred_election)
+        for children, path, callback in self._term_watches():
+            (self.zk.watch_children if children else self.zk.watch_data)(path, callback)
         started = time.monotonic()
         brokers = await load_brokers(self.zk, watch=True)
         self.context.live_brokers = dict(brokers)
@@ -510,12 +520,15 @@ class Controller:
             self.state_log,
             self.settings.leader_imbalance_per_broker_percentage,
         )
-        # Topics queued for deletion must be known before the state machines start up.
+        # Topics queued for deletion must be known before the state machines start up
+        # (TopicDeletionManager.init). With delete.topic.enable=false none is queued: they stay
+        # online, and process_requests below removes the requests from ZooKeeper.
         pending_deletions = set(await self.zk.get_children_or_empty(paths.DELETE_TOPICS, watch=True))
-        self.context.topics_to_be_deleted.update(pending_deletions & set(self.context.assignments))
-        await self.notifications.start_up()
-        await self.partitions.start_up()
-        await self._in_operation(self.reassignment.start_up())
+        if self.settings.delete_topic_enable:
+            self.context.topics_to_be_deleted.update(pending_deletions & set(self.context.assignments))
+        # Kafka's fetchTopicDeletionsInProgress: topics with a replica on a dead broker or a
+        # partition being reassigned are ineligible before anything else runs, so that a
+        # reassignment completing as it resumes below cannot start their deletion early.
         self.deletion.mark_ineligible(
             {tp.topic for tp in self.context.partitions_being_reassigned}
             | {
@@ -525,6 +538,9 @@ class Controller:
                 and not self.context.is_replica_online(r.replica, r.tp, include_shutting_down=True)
             }
         )
+        await self.notifications.start_up()
+        await self.partitions.start_up()
+        await self._in_operation(self.reassignment.start_up())
         await self._in_operation(self.deletion.process_requests(pending_deletions))
         await self._in_operation(self.balancer.process_zk_request())
         if self.settings.auto_leader_rebalance_enable:
@@ -553,14 +569,10 @@ class Controller:
         epoch = self.context.epoch
         self.is_active = False
         self.store.clear_fence()
-        for path in (
-            paths.BROKER_IDS,
-            paths.BROKER_TOPICS,
-            paths.ISR_CHANGE_NOTIFICATION,
-            paths.LOG_DIR_EVENT_NOTIFICATION,
-            paths.CONFIG_CHANGES,
-        ):
+        for _children, path, _callback in self._term_watches():
             self.zk.unwatch(path)
+        await cancel_and_wait(self._rebalance_task)
+        self._rebalance_task = None
         self._watch_broker_data(set())
         if self.topic_admin is not None:
             self.topic_admin.watch_topics(set())
@@ -634,14 +646,25 @@ class Controller:
             topics = {tp.topic for tp in self.context.partitions_on_brokers(diff.new | diff.bounced)}
             await self._in_operation(self.deletion.resume_for(topics))
 
-    def _on_stop_replica_response(self, broker_id: int, api: str, response: Any) -> None:
-        self.events.put(
-            ev.StopReplicaResponseReceived(
-                broker_id=broker_id,
-                error_code=int(response.error_code),
-                partition_errors=tuple((e.topic, e.partition, e.error_code) for e in response.partition_errors),
+    def _on_stop_replica_response(self, broker_id: int, response: Any, deleted: frozenset[TopicPartition]) -> None:
+        """Kafka's StopReplica callback: only the partitions this request deleted (delete=true)
+        answer for topic deletion; a request-level error answers for each of them. A response to
+        a StopReplica(delete=false) of the same replica must not count as its deletion."""
+        top_level = int(response.error_code)
+        if top_level:
+            answers = [(tp.topic, tp.partition, top_level) for tp in sorted(deleted)]
+        else:
+            answers = [
+                (e.topic, e.partition, int(e.error_code))
+                for e in response.partition_errors
+                if TopicPartition(e.topic, e.partition) in deleted
+            ]
+        if answers:
+            self.events.put(
+                ev.StopReplicaResponseReceived(
+                    broker_id=broker_id, error_code=top_level, partition_errors=tuple(answers)
+                )
             )
-        )
 
     def _on_leader_and_isr_response(self, broker_id: int, api: str, response: Any) -> None:
         self.events.put(

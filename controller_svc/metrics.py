@@ -47,6 +47,9 @@ EVENT_HANDLER_ERRORS = Counter(
     "kcontroller_event_handler_errors_total", "Controller events whose processing failed", ["event"]
 )
 CORRUPT_ZNODES = Counter("kcontroller_corrupt_znodes_total", "Znodes found with data that does not parse", ["kind"])
+ZK_WRITE_RETRIES = Counter(
+    "kcontroller_zookeeper_write_retries", "Fenced writes sent again after ZooKeeper gave no answer (same session)"
+)
 ELECTION_BLOCKED = Gauge(
     "kcontroller_controller_election_blocked", "1 while elections are refused (e.g. corrupt /controller_epoch)"
 )

@@ -18,7 +18,7 @@ from controller_svc.errors import ControllerMovedError, ErrorCode
 from controller_svc.model import PartitionAndReplica, TopicPartition
 from controller_svc.partition_state_machine import PartitionState, PartitionStateMachine, PartitionStateStore
 from controller_svc.replica_state_machine import ReplicaState, ReplicaStateMachine
-from controller_svc.request_batch import RequestBatch, RequestSink
+from controller_svc.request_batch import RequestBatch, RequestSink, StopReplicaCallback
 from controller_svc.state_change_log import StateChangeLog
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ class PartitionManager:
         state_log: StateChangeLog,
         unclean_default: Callable[[], bool],
         on_leader_and_isr_response: Callable[[int, str, Any], None] | None = None,
-        on_stop_replica_response: Callable[[int, str, Any], None] | None = None,
+        on_stop_replica_response: StopReplicaCallback | None = None,
         controller_endpoint: str = "",
     ) -> None:
         self.controller_id = controller_id

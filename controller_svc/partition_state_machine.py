@@ -17,7 +17,7 @@ from typing import Protocol
 from controller_svc import metrics
 from controller_svc.context import ControllerContext
 from controller_svc.election import ElectionStrategy, elect
-from controller_svc.errors import ControllerMovedError
+from controller_svc.errors import ControllerError, ControllerMovedError
 from controller_svc.model import LeaderIsrAndControllerEpoch, TopicPartition
 from controller_svc.request_batch import RequestBatch
 from controller_svc.state_change_log import StateChangeLog
@@ -45,6 +45,10 @@ VALID_PREVIOUS_STATES: dict[PartitionState, frozenset[PartitionState]] = {
 class WriteOutcome(Protocol):
     written: dict[TopicPartition, int]
     conflicts: set[TopicPartition]
+    # Set when the store failed part-way: `written` is committed all the same.
+    error: ControllerError | None
+
+    def raise_error(self) -> None: ...
 
 
 class PartitionStateStore(Protocol):
@@ -209,6 +213,7 @@ class PartitionStateMachine:
             assert assignment is not None
             self.batch.add_leader_and_isr(state.isr, tp, state, assignment, is_new=True)
             self._record_election(tp, state, (), "new", unclean=False)
+        outcome.raise_error()
 
     async def _elect_leaders(
         self,
@@ -289,6 +294,7 @@ class PartitionStateMachine:
                         list(previous[tp].isr),
                     )
                 self._record_election(tp, state, previous[tp].isr, strategy.value, unclean=tp in unclean)
+            outcome.raise_error()
             remaining = sorted(outcome.conflicts)
             if remaining:
                 log.info(

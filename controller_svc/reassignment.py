@@ -198,11 +198,9 @@ class ReassignmentManager:
             if tp in self.zk_triggered and self.zk_triggered[tp] == target:
                 valid.append((tp, target))  # already under way
                 continue
+            # The latest reassignment wins, API or ZooKeeper (KIP-455): an entry for a partition
+            # an API reassignment moves overrides it, as processZkPartitionReassignment does.
             problem = self._validate(tp, target)
-            if problem is None and tp in self.ctx.partitions_being_reassigned and tp not in self.zk_triggered:
-                problem = ReassignmentResult(
-                    tp, ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{tp} is already being reassigned through the API"
-                )
             if problem is not None:
                 metrics.ADMIN_REQUEST_ERRORS.labels("ZkPartitionReassignment", ErrorCode(problem.error_code).name).inc()
                 log.error("%s: rejecting the entry for %s: %s", paths.REASSIGN_PARTITIONS, tp, problem.message)
@@ -228,24 +226,28 @@ class ReassignmentManager:
         self.update_metrics()
 
     async def start_up(self) -> None:
-        """Failover: resume reassignments recorded in topic znodes, then the ZooKeeper plan."""
-        got = await self.zk.get_or_none(paths.REASSIGN_PARTITIONS, watch=True)
-        if got is not None:
-            entries, _ = parse_legacy_plan(got[0])
-            self.zk_triggered = {tp: target for tp, target in entries if self.ctx.assignment(tp) is not None}
+        """Failover (Kafka's initializePartitionReassignments): first every entry of
+        /admin/reassign_partitions is started, as processZkPartitionReassignment does: entries
+        written while no controller ran, and entries whose target differs from the reassignment
+        a topic znode records, included (re-starting one already under way with the same target
+        changes nothing). Then the reassignments recorded in topic znodes that the plan does not
+        name (API ones) are resumed."""
+        self.zk_triggered = {}
+        await self.process_zk_plan()
         for tp in sorted(self.ctx.partitions_being_reassigned):
+            if tp in self.zk_triggered:
+                continue
             assignment = self.ctx.assignment(tp)
             assert assignment is not None
             log.info("resuming the reassignment of %s: %s", tp, assignment)
             await self.on_partition_reassignment(tp, assignment)
-        await self.process_zk_plan()
         self.update_metrics()  # reassignments resumed at failover count too
 
     async def on_isr_change(self, partitions: Sequence[TopicPartition]) -> None:
         """An ISR grew: maybe a reassignment is complete (PartitionReassignmentIsrChange)."""
         for tp in partitions:
             assignment = self.ctx.assignment(tp)
-            if assignment is not None and assignment.is_being_reassigned and self._is_complete(tp, assignment):
+            if assignment is not None and assignment.is_being_reassigned and await self._is_complete(tp, assignment):
                 await self.on_partition_reassignment(tp, assignment)
         self.update_metrics()
 
@@ -263,9 +265,20 @@ class ReassignmentManager:
 
     # --- the algorithm ---------------------------------------------------------------------------
 
-    def _is_complete(self, tp: TopicPartition, assignment: ReplicaAssignment) -> bool:
-        state = self.ctx.partition_states.get(tp)
-        return state is not None and set(assignment.target_replicas) <= set(state.isr)
+    async def _is_complete(self, tp: TopicPartition, assignment: ReplicaAssignment) -> bool:
+        """Kafka's isReassignmentComplete: nothing left to reassign (a cancel, or a target equal
+        to the origin) is complete; otherwise every target replica must be in the ISR that
+        ZooKeeper holds now. The cache can lag: a broker's ISR change reaches the controller
+        only through its notification, so the state is read and the cache refreshed with it."""
+        if not assignment.is_being_reassigned:
+            return True
+        fresh = (await self.partitions.psm.store.read([tp])).get(tp)
+        if fresh is None:
+            return False
+        if fresh.controller_epoch > self.ctx.epoch:
+            raise ControllerMovedError(f"{tp} was written by controller epoch {fresh.controller_epoch}")
+        self.ctx.partition_states[tp] = fresh
+        return set(assignment.target_replicas) <= set(fresh.isr)
 
     async def on_partition_reassignment(self, tp: TopicPartition, reassignment: ReplicaAssignment) -> None:
         current = self.ctx.assignment(tp)
@@ -276,11 +289,11 @@ class ReassignmentManager:
             await self._write_assignment(tp, reassignment)
             if unneeded:
                 await self._stop_removed_replicas(tp, unneeded)
-        if not reassignment.is_being_reassigned:
-            await self._write_assignment(tp, reassignment)
-            await self._remove_from_zk_plan([tp])
-            return
-        if not self._is_complete(tp, reassignment):
+        # A cancel (or a target equal to the origin) leaves nothing reassigning: it is complete
+        # and runs phase B like any completion (Kafka's onPartitionReassignment): the leader
+        # moves if it was one of the replicas taken away, the remaining replicas get
+        # LeaderAndIsr with the reverted replica set, and every broker gets UpdateMetadata.
+        if not await self._is_complete(tp, reassignment):
             # A1: LeaderAndIsr with a bumped leader epoch to every replica of OAR + RAR.
             await self._bump_leader_epoch_and_send(tp, reassignment)
             # A2: new replicas start.
@@ -359,6 +372,7 @@ class ReassignmentManager:
                     is_new=False,
                 )
                 return
+            outcome.raise_error()
             fresh = await self.partitions.psm.store.read([tp])
             if fresh.get(tp) is not None:
                 self.ctx.partition_states[tp] = fresh[tp]  # type: ignore[assignment]

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from controller_svc.context import ControllerContext
-from controller_svc.errors import ControllerMovedError
+from controller_svc.errors import ControllerError, ControllerMovedError
 from controller_svc.model import (
     NO_LEADER,
     LeaderIsrAndControllerEpoch,
@@ -182,7 +182,7 @@ class ReplicaStateMachine:
         for broker_id, partitions in sorted(by_broker.items()):
             with_state = [tp for tp in partitions if tp in self.ctx.partition_states]
             without_state = [tp for tp in partitions if tp not in self.ctx.partition_states]
-            updated = await self.remove_replica_from_isr(broker_id, with_state)
+            updated, error = await self.remove_replica_from_isr(broker_id, with_state)
             for tp, state in updated.items():
                 if self.ctx.is_topic_queued_for_deletion(tp.topic):
                     continue
@@ -194,12 +194,16 @@ class ReplicaStateMachine:
                 self.batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, without_state)
             for tp in partitions:
                 self.states[PartitionAndReplica(tp, broker_id)] = ReplicaState.OFFLINE
+            if error is not None:
+                raise error  # after the committed writes' requests are in the batch
 
     async def remove_replica_from_isr(
         self, broker_id: int, partitions: list[TopicPartition]
-    ) -> dict[TopicPartition, LeaderIsrAndControllerEpoch]:
+    ) -> tuple[dict[TopicPartition, LeaderIsrAndControllerEpoch], ControllerError | None]:
         """Write the partitions' states without `broker_id` in the ISR (ReplicaStateMachine.
-        removeReplicasFromIsr): leader -1 if it led, a one-member ISR kept, leader epoch + 1."""
+        removeReplicasFromIsr): leader -1 if it led, a one-member ISR kept, leader epoch + 1.
+        Returns the states written and, if ZooKeeper failed part-way, the error to raise once
+        the caller has queued the requests of what was written."""
         updated: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
         remaining = list(partitions)
         for _attempt in range(MAX_WRITE_ATTEMPTS):
@@ -237,6 +241,8 @@ class ReplicaStateMachine:
                         prev_leader=previous.leader,
                         controller_epoch=self.ctx.epoch,
                     )
+            if outcome.error is not None:
+                return updated, outcome.error
             remaining = sorted(outcome.conflicts)
             if not remaining:
                 break
@@ -246,4 +252,4 @@ class ReplicaStateMachine:
                     self.ctx.partition_states.pop(tp, None)
                 else:
                     self.ctx.partition_states[tp] = fresh_state
-        return updated
+        return updated, None

@@ -13,6 +13,7 @@ Starting a batch while one is pending is a bug (IllegalStateError: the controlle
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -37,6 +38,15 @@ API_UPDATE_METADATA = "UpdateMetadata"
 API_STOP_REPLICA = "StopReplica"
 
 ResponseCallback = Callable[[int, str, Any], None]
+# A StopReplica response, with the partitions whose request had delete=true: only those answer
+# for topic deletion (Kafka's sendStopReplicaRequests: isPartitionDeleted).
+StopReplicaCallback = Callable[[int, Any, frozenset[TopicPartition]], None]
+
+
+def _answer_deletion(
+    callback: StopReplicaCallback, deleted: frozenset[TopicPartition], broker_id: int, _api: str, response: Any
+) -> None:
+    callback(broker_id, response, deleted)
 
 
 class RequestSink(Protocol):
@@ -144,7 +154,7 @@ class RequestBatch:
     controller_id: int
     ctx: ControllerContext
     on_leader_and_isr_response: ResponseCallback | None = None
-    on_stop_replica_response: ResponseCallback | None = None
+    on_stop_replica_response: StopReplicaCallback | None = None
     controller_endpoint: str = ""
     leader_and_isr: dict[int, dict[TopicPartition, common_pb2.PartitionState]] = field(default_factory=dict)
     update_metadata_brokers: set[int] = field(default_factory=set)
@@ -291,12 +301,15 @@ class RequestBatch:
         try:
             requests = self.build()
             for broker_id, api, request in requests:
+                callback: ResponseCallback | None = None
                 if api == API_LEADER_AND_ISR:
                     callback = self.on_leader_and_isr_response
-                elif api == API_STOP_REPLICA:
-                    callback = self.on_stop_replica_response
-                else:
-                    callback = None
+                elif api == API_STOP_REPLICA and self.on_stop_replica_response is not None:
+                    deleted = frozenset(
+                        TopicPartition(p.topic, p.partition) for p in request.partitions if p.delete_partition
+                    )
+                    if deleted:
+                        callback = functools.partial(_answer_deletion, self.on_stop_replica_response, deleted)
                 sink.send(broker_id, api, request, callback)
             return len(requests)
         finally:

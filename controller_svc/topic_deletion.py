@@ -106,23 +106,18 @@ class TopicDeletionManager:
     async def on_stop_replica_response(
         self, broker_id: int, error_code: int, partition_errors: list[tuple[TopicPartition, int]]
     ) -> None:
-        """TopicDeletionStopReplicaResponseReceived."""
+        """TopicDeletionStopReplicaResponseReceived: the answers for the replicas a
+        StopReplica(delete=true) deleted on `broker_id` (a request-level error is already in
+        each partition's code). Errors -> ReplicaDeletionIneligible, the rest ->
+        ReplicaDeletionSuccessful; replicas no longer in ReplicaDeletionStarted are left alone."""
+        codes = {PartitionAndReplica(tp, broker_id): code for tp, code in partition_errors}
         started = {
             r
-            for r, s in self.rsm.states.items()
-            if s is ReplicaState.DELETION_STARTED
-            and r.replica == broker_id
-            and r.tp.topic in self.ctx.topics_to_be_deleted
+            for r in codes
+            if self.rsm.state(r) is ReplicaState.DELETION_STARTED and r.tp.topic in self.ctx.topics_to_be_deleted
         }
-        if not started:
-            return
-        if error_code:
-            failed = started
-            succeeded: set[PartitionAndReplica] = set()
-        else:
-            codes = {PartitionAndReplica(tp, broker_id): code for tp, code in partition_errors}
-            failed = {r for r in started if codes.get(r, 0) != 0}
-            succeeded = {r for r in started if r in codes and codes[r] == 0}
+        failed = {r for r in started if codes[r] != 0}
+        succeeded = started - failed
         if failed:
             await self.fail_replica_deletion(failed)
         if succeeded:

@@ -360,6 +360,10 @@ class ZkClient:
         return int(self._client.session.session_id or 0)
 
     @property
+    def session_timeout_s(self) -> float:
+        return self._session_timeout_ms / 1000.0
+
+    @property
     def connected(self) -> bool:
         return self._client is not None and self._client.session.state == States.CONNECTED
 

@@ -12,7 +12,14 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from controller_svc.errors import CorruptZnodeError, ZkBadVersionError, ZkNodeExistsError, ZkNoNodeError
+from controller_svc.errors import (
+    ControllerError,
+    CorruptZnodeError,
+    ZkBadVersionError,
+    ZkNodeExistsError,
+    ZkNoNodeError,
+    ZkUnavailableError,
+)
 from controller_svc.model import LeaderIsrAndControllerEpoch, TopicPartition
 from controller_svc.zk import codecs, paths
 from controller_svc.zk.client import CreateOp, MultiOpError, SetDataOp, ZkOp
@@ -25,6 +32,15 @@ log = logging.getLogger(__name__)
 class WriteResult:
     written: dict[TopicPartition, int] = field(default_factory=dict)  # new zkVersion
     conflicts: set[TopicPartition] = field(default_factory=set)  # BadVersion / NodeExists / NoNode
+    # ZooKeeper failed a later multi (no answer even after retrying on the same session): the
+    # partitions in `written` are committed all the same, and the caller must act on them
+    # (send their requests) before raising this (Kafka's retryRequestsUntilConnected never
+    # drops a committed write's effect).
+    error: ControllerError | None = None
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
 
 
 class ZkPartitionStateStore:
@@ -91,6 +107,9 @@ class ZkPartitionStateStore:
             while chunk:
                 try:
                     results = await self.store.fenced_multi([op for _, op in chunk])
+                except ZkUnavailableError as e:
+                    result.error = e
+                    return
                 except MultiOpError as e:
                     if not isinstance(e.cause, ZkBadVersionError | ZkNodeExistsError | ZkNoNodeError):
                         raise e.cause from e

@@ -7,6 +7,7 @@ that check means another controller exists: `ControllerMovedError`, and the call
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from controller_svc.errors import (
     ZkBadVersionError,
     ZkNodeExistsError,
     ZkNoNodeError,
+    ZkUnavailableError,
 )
 from controller_svc.zk import codecs, paths
 from controller_svc.zk.client import CheckOp, CreateOp, DeleteOp, MultiOpError, OpResult, SetDataOp, ZkClient, ZkOp
@@ -171,12 +173,8 @@ class ControllerZkStore:
         fence = self.fence
         if fence is None:
             raise ControllerMovedError("not the active controller: no epoch fence")
-        if self.zk.session_id != fence.session_id:
-            raise ControllerMovedError(
-                f"ZooKeeper session changed since election (0x{fence.session_id:x} -> 0x{self.zk.session_id:x})"
-            )
         try:
-            results = await self.zk.multi([CheckOp(paths.CONTROLLER_EPOCH, fence.zk_version), *ops])
+            results = await self._multi_until_answered(fence, [CheckOp(paths.CONTROLLER_EPOCH, fence.zk_version), *ops])
         except MultiOpError as e:
             if e.index == 0:
                 raise ControllerMovedError(
@@ -185,6 +183,31 @@ class ControllerZkStore:
                 ) from e
             raise MultiOpError(e.index - 1, e.op, e.cause) from e
         return results[1:]
+
+    async def _multi_until_answered(self, fence: EpochFence, ops: Sequence[ZkOp]) -> list[OpResult]:
+        """Kafka's retryRequestsUntilConnected: a write that failed without an answer (the
+        server hung or its connection was lost; aiozk fails the request and moves to another
+        server) is sent again on the same session, for up to one session timeout. If the first
+        attempt was applied and only its reply lost, the retry fails on a version, existence or
+        missing-node conflict, which every caller already resolves by re-reading; the epoch
+        check stays first, so a retry never writes for a controller that has moved. A new
+        session means the role was lost: ControllerMovedError."""
+        deadline = time.monotonic() + self.zk.session_timeout_s
+        attempt = 0
+        while True:
+            if self.zk.session_id != fence.session_id:  # checked before every attempt
+                raise ControllerMovedError(
+                    f"ZooKeeper session changed since election (0x{fence.session_id:x} -> 0x{self.zk.session_id:x})"
+                )
+            try:
+                return await self.zk.multi(ops)
+            except ZkUnavailableError as e:
+                attempt += 1
+                if time.monotonic() >= deadline:
+                    raise
+                metrics.ZK_WRITE_RETRIES.inc()
+                log.warning("a fenced write of %d ops got no answer (%s); retrying on the same session", len(ops), e)
+                await asyncio.sleep(min(0.1 * attempt, 1.0))
 
     async def fenced_multi_batched(
         self, ops: Sequence[ZkOp], max_ops: int = DEFAULT_MAX_OPS_PER_MULTI

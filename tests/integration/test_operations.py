@@ -192,6 +192,46 @@ async def test_reassignment_to_a_dead_broker_waits_and_cancel_restores(cluster_f
     await eventually(lambda: reassignment_done(cluster, "r", 0, [1, 3]), 45, what="the reassignment to resume")
 
 
+async def test_cancel_sends_the_reverted_replicas_to_the_replicas_and_metadata_to_every_broker(
+    cluster_factory,
+) -> None:
+    """Kafka's onPartitionReassignment runs phase B for a cancel: LeaderAndIsr with the reverted
+    replica set (and a bumped leader epoch) to the remaining replicas, UpdateMetadata to all.
+    Before, a cancel only rewrote ZooKeeper: brokers kept the replica set of the cancelled move."""
+    cluster = await cluster_factory(controllers=1, brokers=3, controller_overrides=NO_REBALANCE)
+    await cluster.converged()
+    assert (await create_topic(cluster, "c", assignment={0: [1, 2]})).error_code == 0
+    await eventually(lambda: brokers_agree_with_controller(cluster, "c", [1, 2, 3]), 30, what="online")
+    await cluster.stop_node(cluster.broker(3))
+    assert (await client(cluster).alter_reassignments([("c", 0, [3, 2])])).partitions[0].error_code == 0
+
+    async def brokers_see(replicas: set[int]) -> bool:
+        controller_view = (await partitions(cluster, "c"))[("c", 0)]
+        if set(controller_view.replicas) != replicas:
+            return False
+        for broker_id in (1, 2):
+            description = await cluster.describe_broker(broker_id)
+            if description is None:
+                return False
+            role = next((r for r in description.roles if (r.topic, r.partition) == ("c", 0)), None)
+            cached = next((p for p in description.metadata_partitions if (p.topic, p.partition) == ("c", 0)), None)
+            if role is None or cached is None:
+                return False
+            expected = list(controller_view.replicas)
+            if list(role.replicas) != expected or role.leader_epoch != controller_view.leader_epoch:
+                return False
+            if list(cached.replicas) != expected:
+                return False
+        return True
+
+    await eventually(lambda: brokers_see({1, 2, 3}), 30, what="the brokers to see the move under way")
+    epoch_during_move = (await partitions(cluster, "c"))[("c", 0)].leader_epoch
+    assert (await client(cluster).alter_reassignments([("c", 0, None)])).partitions[0].error_code == 0
+    await eventually(lambda: brokers_see({1, 2}), 30, what="both replicas and the metadata to lose broker 3")
+    after = (await partitions(cluster, "c"))[("c", 0)]
+    assert after.leader in (1, 2) and set(after.isr) <= {1, 2} and after.leader_epoch > epoch_during_move
+
+
 async def reassignment_done_one(cluster, topic: str, partition: int, replicas: set[int]) -> bool:  # type: ignore[no-untyped-def]
     ongoing = {(r.topic, r.partition) for r in (await client(cluster).list_reassignments()).reassignments}
     current = (await partitions(cluster, topic))[(topic, partition)]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller_svc.context import ControllerContext
+from controller_svc.errors import ControllerError, ZkUnavailableError
 from controller_svc.model import (
     BrokerInfo,
     EndPoint,
@@ -23,6 +24,11 @@ from kcontroller.v1 import broker_pb2
 class Outcome:
     written: dict[TopicPartition, int] = field(default_factory=dict)
     conflicts: set[TopicPartition] = field(default_factory=set)
+    error: ControllerError | None = None
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
 
 
 class FakePartitionStore:
@@ -31,6 +37,9 @@ class FakePartitionStore:
     def __init__(self) -> None:
         self.znodes: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
         self.writes = 0
+        # After this many writes, ZooKeeper stops answering: the rest of an update fails (as a
+        # later multi of a large write does), what was written stays written.
+        self.unavailable_after: int | None = None
 
     def bump(self, tp: TopicPartition, isr: tuple[int, ...]) -> None:
         s = self.znodes[tp]
@@ -59,6 +68,9 @@ class FakePartitionStore:
     async def update(self, states: Mapping[TopicPartition, LeaderIsrAndControllerEpoch]) -> Outcome:
         outcome = Outcome()
         for tp, state in states.items():
+            if self.unavailable_after is not None and self.writes >= self.unavailable_after:
+                outcome.error = ZkUnavailableError("ZooKeeper gave no answer (fake)")
+                break
             current = self.znodes.get(tp)
             if current is None or current.zk_version != state.zk_version:
                 outcome.conflicts.add(tp)

@@ -93,3 +93,29 @@ def test_starting_a_batch_while_one_is_pending_is_illegal() -> None:
     batch.add_update_metadata([1], [])
     with pytest.raises(IllegalStateError):
         batch.new_batch()
+
+
+def test_only_stop_replica_requests_that_delete_answer_for_topic_deletion() -> None:
+    """Kafka's sendStopReplicaRequests: the response callback names the partitions that the
+    request deleted; a StopReplica(delete=false) has none and answers nothing."""
+    answered: list[tuple[int, frozenset[TopicPartition]]] = []
+    ctx = context([1, 2, 3], {"t": {0: [1, 2, 3], 1: [2, 3]}})
+    batch = RequestBatch(1, ctx, on_stop_replica_response=lambda b, _resp, deleted: answered.append((b, deleted)))
+    callbacks: dict[int, object] = {}
+
+    class Sink:
+        def send(self, broker_id: int, api: str, request: object, callback: object) -> bool:
+            if api == "StopReplica":
+                callbacks[broker_id] = callback
+            return True
+
+    batch.new_batch()
+    batch.add_stop_replica([2], T0, delete=False)
+    batch.add_stop_replica([2], TopicPartition("t", 1), delete=True)
+    batch.add_stop_replica([3], T0, delete=False)
+    batch.send(Sink())
+    assert callbacks[3] is None
+    callback = callbacks[2]
+    assert callable(callback)
+    callback(2, "StopReplica", "the response")
+    assert answered == [(2, frozenset({TopicPartition("t", 1)}))]

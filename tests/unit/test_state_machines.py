@@ -5,7 +5,7 @@ import itertools
 import pytest
 
 from controller_svc.election import ElectionStrategy
-from controller_svc.errors import ControllerMovedError
+from controller_svc.errors import ControllerMovedError, ZkUnavailableError
 from controller_svc.model import NO_LEADER, LeaderIsrAndControllerEpoch, PartitionAndReplica, TopicPartition
 from controller_svc.partition_state_machine import VALID_PREVIOUS_STATES as PARTITION_TABLE
 from controller_svc.partition_state_machine import PartitionState, PartitionStateMachine
@@ -198,3 +198,34 @@ async def test_deletion_replica_states_send_stop_replica_with_delete_and_shrink_
     await rsm.handle_state_changes([replica], ReplicaState.DELETION_SUCCESSFUL)
     await rsm.handle_state_changes([replica], ReplicaState.NON_EXISTENT)
     assert ctx.replicas(T0) == (1,) and rsm.state(replica) is ReplicaState.NON_EXISTENT
+
+
+async def test_writes_committed_before_zookeeper_fails_part_way_still_send_their_requests() -> None:
+    """A large write is several multis; when a later one gets no answer, the partitions of
+    the earlier ones are committed in ZooKeeper: their LeaderAndIsr must still go out (the
+    operation sends its batch when it fails), or brokers never learn a leader ZooKeeper names."""
+    t1 = TopicPartition("t", 1)
+    ctx, store, batch, psm, rsm = machines(assignment={0: [1, 2], 1: [1, 3]})
+    await bring_online(ctx, store, batch, psm, rsm)
+    # Offline replica: broker 1 leaves both ISRs; ZooKeeper fails after the first write.
+    store.unavailable_after = store.writes + 1
+    batch.new_batch()
+    with pytest.raises(ZkUnavailableError):
+        await rsm.handle_state_changes([PartitionAndReplica(T0, 1), PartitionAndReplica(t1, 1)], ReplicaState.OFFLINE)
+    sink = RecordingSink()
+    batch.send(sink)
+    sent = {(b, p.partition) for b, api, r in sink.sent if api == "LeaderAndIsr" for p in r.partition_states}
+    assert store.znodes[T0].leader == NO_LEADER and store.znodes[t1].leader == 1  # only T0 was written
+    assert (2, 0) in sent and not any(p == 1 for _, p in sent)
+    # Offline election of both: the first is written, the second is not; the first's request goes out.
+    ctx.live_brokers.pop(1)
+    store.unavailable_after = store.writes + 1
+    batch.new_batch()
+    await psm.handle_state_changes([T0, t1], PartitionState.OFFLINE)
+    with pytest.raises(ZkUnavailableError):
+        await psm.handle_state_changes([T0, t1], PartitionState.ONLINE, ElectionStrategy.OFFLINE)
+    sink = RecordingSink()
+    batch.send(sink)
+    leaders = {p.partition: p.leader for _, api, r in sink.sent if api == "LeaderAndIsr" for p in r.partition_states}
+    assert store.znodes[T0].leader == 2 and store.znodes[t1].leader == 1  # T0 written, t1 not
+    assert leaders == {0: 2}

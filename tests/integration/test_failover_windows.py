@@ -1,0 +1,121 @@
+"""Admin requests written to ZooKeeper while no controller runs, found by the next failover
+(the failover-windows issue, section 1). Each test writes the request between the stop of the
+only controller and the start of its successor, so the fault lands exactly in that window."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from controller_svc.admin_client import AdminClient
+from controller_svc.devcluster import read_controller
+from controller_svc.zk import paths
+from tests.integration.harness import brokers_agree_with_controller, create_topic, eventually, partitions
+
+pytestmark = pytest.mark.integration
+
+NO_REBALANCE = {"auto.leader.rebalance.enable": "false"}
+
+
+async def write_znode(cluster, path: str, data: bytes) -> None:  # type: ignore[no-untyped-def]
+    zk = await cluster.zk()
+    try:
+        await zk.create(path, data)
+    finally:
+        await zk.close()
+
+
+async def znode_exists(cluster, path: str) -> bool:  # type: ignore[no-untyped-def]
+    zk = await cluster.zk()
+    try:
+        return await zk.exists(path) is not None
+    finally:
+        await zk.close()
+
+
+async def plan_gone(cluster) -> bool:  # type: ignore[no-untyped-def]
+    return not await znode_exists(cluster, paths.REASSIGN_PARTITIONS)
+
+
+async def restart_the_controller_after(cluster, action) -> int:  # type: ignore[no-untyped-def]
+    """Stop the only controller, run `action` while there is none, start it again; its new epoch."""
+    _, epoch = await read_controller(cluster.zookeeper)
+    controller = cluster.controller(1)
+    await cluster.stop_node(controller)
+    assert (await read_controller(cluster.zookeeper))[0] == -1, "a controller is still registered"
+    await action()
+    cluster.start_node(controller)
+    await cluster.converged(min_epoch=epoch + 1)
+    return int(epoch) + 1
+
+
+async def test_reassignment_plan_written_while_no_controller_runs_is_carried_out(cluster_factory) -> None:
+    """Kafka's initializePartitionReassignments starts every plan entry at failover; before,
+    start-up marked them all as under way, none moved, and the plan blocked later ones."""
+    cluster = await cluster_factory(controllers=1, brokers=4, controller_overrides=NO_REBALANCE)
+    await cluster.converged()
+    assert (await create_topic(cluster, "m", assignment={0: [1, 2], 1: [2, 3]})).error_code == 0
+    await eventually(lambda: brokers_agree_with_controller(cluster, "m", [1, 2, 3, 4]), 30, what="online")
+    plan = {"version": 1, "partitions": [{"topic": "m", "partition": 0, "replicas": [3, 4]}]}
+
+    async def write_plan() -> None:
+        await write_znode(cluster, paths.REASSIGN_PARTITIONS, json.dumps(plan).encode())
+
+    await restart_the_controller_after(cluster, write_plan)
+    admin = AdminClient(zookeeper=cluster.zookeeper)
+
+    async def moved(partition: int, replicas: list[int]) -> bool:
+        current = (await partitions(cluster, "m"))[("m", partition)]
+        ongoing = (await admin.list_reassignments()).reassignments
+        return not ongoing and list(current.replicas) == replicas and set(current.isr) == set(replicas)
+
+    await eventually(lambda: moved(0, [3, 4]), 45, what="the plan found at failover to be carried out")
+    await eventually(lambda: plan_gone(cluster), 30, what="the plan znode to be removed")
+    # The plan no longer blocks the next submission.
+    await write_znode(
+        cluster,
+        paths.REASSIGN_PARTITIONS,
+        json.dumps({"version": 1, "partitions": [{"topic": "m", "partition": 1, "replicas": [4, 1]}]}).encode(),
+    )
+    await eventually(lambda: moved(1, [4, 1]), 45, what="a later plan to be carried out")
+    await eventually(lambda: brokers_agree_with_controller(cluster, "m", [1, 2, 3, 4]), 30, what="brokers agree")
+
+
+async def test_deletion_request_found_at_failover_with_deletion_disabled_keeps_the_topic_online(
+    cluster_factory,
+) -> None:
+    """TopicDeletionManager.init with delete.topic.enable=false removes the requests and queues
+    nothing; before, the topic was queued anyway: never re-elected, shown as being deleted."""
+    cluster = await cluster_factory(
+        controllers=1, brokers=3, controller_overrides={**NO_REBALANCE, "delete.topic.enable": "false"}
+    )
+    await cluster.converged()
+    assert (await create_topic(cluster, "keep", assignment={0: [1, 2], 1: [2, 3]})).error_code == 0
+    await eventually(lambda: brokers_agree_with_controller(cluster, "keep", [1, 2, 3]), 30, what="online")
+
+    async def request_deletion() -> None:
+        await write_znode(cluster, f"{paths.DELETE_TOPICS}/keep", b"")
+
+    await restart_the_controller_after(cluster, request_deletion)
+
+    async def request_removed() -> bool:
+        return not await znode_exists(cluster, f"{paths.DELETE_TOPICS}/keep")
+
+    await eventually(request_removed, 30, what="the deletion request to be removed")
+    assert await znode_exists(cluster, paths.topic_path("keep"))
+    await eventually(lambda: brokers_agree_with_controller(cluster, "keep", [1, 2, 3]), 30, what="brokers agree")
+    description = await cluster.describe_broker(3)
+    assert description is not None
+    leaders = {(p.topic, p.partition): p.leader for p in description.metadata_partitions if p.topic == "keep"}
+    assert leaders and all(leader >= 0 for leader in leaders.values()), leaders  # -2 would mean "being deleted"
+    # The topic is still elected like any other: its leader's death moves leadership.
+    leader = (await partitions(cluster, "keep"))[("keep", 1)].leader
+    cluster.kill(cluster.broker(leader))
+    survivors = [b for b in (1, 2, 3) if b != leader]
+
+    async def re_elected() -> bool:
+        current = (await partitions(cluster, "keep"))[("keep", 1)]
+        return current.leader in survivors
+
+    await eventually(re_elected, 30, what="partition keep-1 to be re-elected")

@@ -1,0 +1,43 @@
+"""StopReplica responses answer for topic deletion only for the partitions whose request had
+delete=true (Kafka's sendStopReplicaRequests callback); before, any StopReplica response of a
+replica in ReplicaDeletionStarted (a delete=false one of an earlier batch included) counted as
+its deletion."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller_svc import events as ev
+from controller_svc.controller import Controller, ControllerSettings
+from controller_svc.model import TopicPartition
+from controller_svc.state_change_log import StateChangeLog
+from kcontroller.v1 import broker_pb2, common_pb2
+
+T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+def queued_events(controller: Controller) -> list[Any]:
+    queue = controller.events._queue  # the controller was not started: read what it would process
+    return [queue.get_nowait().event for _ in range(queue.qsize())]
+
+
+def response(top_level: int = 0, **codes: int) -> broker_pb2.StopReplicaResponse:
+    return broker_pb2.StopReplicaResponse(
+        error_code=top_level,
+        partition_errors=[
+            common_pb2.PartitionError(topic="t", partition=int(p[1:]), error_code=c)
+            for p, c in codes.items()
+        ],
+    )
+
+
+async def test_only_deleted_partitions_answer_and_a_request_level_error_answers_for_each() -> None:
+    controller = Controller(ControllerSettings(1, "", ""), zk=None, state_log=StateChangeLog(None, "t"))  # type: ignore[arg-type]
+    controller._on_stop_replica_response(2, response(p0=0, p1=0), frozenset({T1}))
+    controller._on_stop_replica_response(2, response(p0=0), frozenset({T1}))  # T1 not answered yet
+    controller._on_stop_replica_response(3, response(top_level=11), frozenset({T0, T1}))
+    events = queued_events(controller)
+    assert events == [
+        ev.StopReplicaResponseReceived(broker_id=2, error_code=0, partition_errors=(("t", 1, 0),)),
+        ev.StopReplicaResponseReceived(broker_id=3, error_code=11, partition_errors=(("t", 0, 11), ("t", 1, 11))),
+    ]
