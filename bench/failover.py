@@ -11,6 +11,11 @@ mid-failover) and the longest time the new controller's event loop was held (its
 `event_loop.blocked` records). Floor, in the same run: a multiRead of the same znodes
 (broker registrations, topics, partition states) with the same client.
 
+Then two more long operations on the same cluster, each followed by the same settling window
+with elections and resignations counted (exactly none is the target): a hard broker failure
+(kill -9 of the broker leading the most partitions) and a controlled shutdown (SIGTERM of
+another broker, until its process exits).
+
     python -m bench.failover --partitions 10000 [--partitions 100000] [--out bench/results/F.json]
 """
 
@@ -27,6 +32,7 @@ from typing import Any
 import uvloop
 
 from bench.common import LogTail, create_partitions, emit, save, start_cluster, stop_cluster, wait_all_led
+from controller_svc import devcluster
 from controller_svc.devcluster import read_controller
 from controller_svc.zk import paths
 from controller_svc.zk.client import WatchKind, ZkClient
@@ -153,6 +159,66 @@ async def measure(spec: dict[str, Any], session_timeout_ms: int, give_up_s: floa
     return result
 
 
+async def led_partitions(spec: dict[str, Any]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for broker in spec["brokers"]:
+        description = await devcluster.describe_broker(broker["grpc"], 60)
+        counts[broker["id"]] = sum(1 for r in description.roles if r.role == "leader") if description else 0
+    return counts
+
+
+async def long_operation(
+    spec: dict[str, Any], session_timeout_ms: int, name: str, broker: dict[str, Any], led: int
+) -> dict[str, Any]:
+    """Kill -9 (broker_failure) or SIGTERM (controlled_shutdown) `broker`; wait until the
+    controller has handled it, then a settling window; count elections and resignations."""
+    tail = LogTail(spec["logs"])
+    tail.skip_existing()
+    kinds = ["controller.elected", "controller.resigned", "event_loop.blocked", "partition.leader_elected"]
+    seen: list[dict[str, Any]] = []
+    started = time.monotonic()
+    os.kill(broker["pid"], signal.SIGKILL if name == "broker_failure" else signal.SIGTERM)
+    strategy = "offline" if name == "broker_failure" else "controlled_shutdown"
+    deadline = started + max(120.0, led / 100.0)
+    handled_s: float | None = None
+    while time.monotonic() < deadline:
+        seen.extend(tail.new_records(kinds))
+        moved = sum(1 for r in seen if r["kind"] == "partition.leader_elected" and r.get("strategy") == strategy)
+        if moved >= led and (name == "broker_failure" or not _alive(broker["pid"])):
+            handled_s = time.monotonic() - started
+            break
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(3 * session_timeout_ms / 1000.0)
+    seen.extend(tail.new_records(kinds))
+    blocked = [r for r in seen if r["kind"] == "event_loop.blocked" and r["node"].startswith("controller-")]
+    elections = sum(1 for r in seen if r["kind"] == "controller.elected")
+    resignations = sum(1 for r in seen if r["kind"] == "controller.resigned")
+    return {
+        "broker": broker["id"],
+        "partitions_led": led,
+        "leaders_moved": sum(
+            1 for r in seen if r["kind"] == "partition.leader_elected" and r.get("strategy") == strategy
+        ),
+        "handled_s": round(handled_s, 2) if handled_s is not None else None,
+        "elections": elections,
+        "resignations": resignations,
+        "no_election_no_resignation": elections == 0 and resignations == 0 and handled_s is not None,
+        "max_event_loop_blocked_ms": max((r["blocked_ms"] for r in blocked), default=0),
+    }
+
+
+def _alive(pid: int) -> bool:
+    try:
+        finished, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        finished = 0
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+    return finished == 0
+
+
 async def run(partitions: int, brokers: int, rf: int, session_timeout_ms: int) -> dict[str, Any]:
     directory, spec = await asyncio.to_thread(start_cluster, 2, brokers, session_timeout_ms)
     try:
@@ -162,6 +228,19 @@ async def run(partitions: int, brokers: int, rf: int, session_timeout_ms: int) -
         setup_s = time.monotonic() - created
         floor_ms = await floor_read_ms(spec["zookeeper"])
         result = await measure(spec, session_timeout_ms, give_up_s=max(120.0, partitions / 1000.0))
+        if result["completed"]:
+            led = await led_partitions(spec)
+            victim_id = max(led, key=lambda b: led[b])
+            victim = next(b for b in spec["brokers"] if b["id"] == victim_id)
+            result["broker_failure"] = await long_operation(
+                spec, session_timeout_ms, "broker_failure", victim, led[victim_id]
+            )
+            led = await led_partitions({**spec, "brokers": [b for b in spec["brokers"] if b["id"] != victim_id]})
+            leaving_id = max(led, key=lambda b: led[b])
+            leaving = next(b for b in spec["brokers"] if b["id"] == leaving_id)
+            result["controlled_shutdown"] = await long_operation(
+                spec, session_timeout_ms, "controlled_shutdown", leaving, led[leaving_id]
+            )
         result.update(
             benchmark="controller_failover",
             partitions=partitions,

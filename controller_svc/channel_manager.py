@@ -213,6 +213,12 @@ class RequestSender:
         if item.callback is not None:
             item.callback(broker_id, item.api, response)
 
+    def swap_client(self, broker: BrokerInfo, client: BrokerClient) -> BrokerClient:
+        """The broker's endpoints changed: later attempts go to the new endpoint; the queue and
+        the request in flight (resent there if the old channel fails it) are kept."""
+        old, self.client, self.broker = self.client, client, broker
+        return old
+
     async def close(self) -> None:
         await cancel_and_wait(self.task)
         try:
@@ -287,6 +293,25 @@ class ChannelManager:
         )
         self._senders[info.broker_id] = sender
         log.info("added channel to broker %d (%s)", info.broker_id, sender.client)
+
+    def update_broker(self, info: BrokerInfo) -> None:
+        """A live broker's registration changed its endpoints (BrokerModifications): swap its
+        channel to the new endpoint and keep the requests queued for it. It stays live: this
+        is not a failure (Kafka's processBrokerModification only updates its metadata)."""
+        sender = self._senders.get(info.broker_id)
+        if sender is None:
+            self.add_broker(info)
+            return
+        old = sender.swap_client(info, self._client_factory(info))
+        log.info(
+            "channel to broker %d moved to %s, keeping %d queued requests",
+            info.broker_id,
+            sender.client,
+            sender.queue.qsize(),
+        )
+        task = spawn(old.close(), f"close-old-channel-{info.broker_id}")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def remove_broker(self, broker_id: int) -> None:
         """Stop the broker's sender and drop its queue (a dead or bounced broker)."""

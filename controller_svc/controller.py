@@ -619,9 +619,14 @@ class Controller:
             controller_epoch=self.context.epoch,
         )
         failed = diff.dead | diff.bounced
-        for broker_id in failed | diff.changed_endpoints:
+        for broker_id in failed:
             self.channels.remove_broker(broker_id)
             self.context.live_brokers.pop(broker_id, None)
+        # An endpoint change is no failure (processBrokerModification): the broker stays live,
+        # its channel moves to the new endpoint with its queue.
+        for broker_id in diff.changed_endpoints:
+            self.context.live_brokers[broker_id] = current[broker_id]
+            self.channels.update_broker(current[broker_id])
         self.context.known_broker_ids.update(current)
         if failed:
             await self.partitions.on_broker_failure(set(failed))
@@ -633,7 +638,7 @@ class Controller:
             }
             if deleting:
                 await self._in_operation(self.deletion.fail_replica_deletion(deleting))
-        started = diff.new | diff.bounced | diff.changed_endpoints
+        started = diff.new | diff.bounced
         for broker_id in started:
             self.context.live_brokers[broker_id] = current[broker_id]
             self.channels.add_broker(current[broker_id])

@@ -133,16 +133,20 @@ class LeaderBalancer:
         return outcomes
 
     def imbalanced_partitions(self) -> list[TopicPartition]:
-        """Per preferred broker: the share of its preferred partitions it does not lead; above
-        leader.imbalance.per.broker.percentage, those partitions are candidates if no
-        reassignment runs, the topic is not being deleted, and the preferred replica is live and
-        in the ISR."""
+        """Kafka's checkAndTriggerAutoLeaderRebalance. Per preferred broker: the share of its
+        preferred partitions it does not lead, over partitions of topics not queued for
+        deletion; above leader.imbalance.per.broker.percentage, those partitions are candidates
+        if the preferred replica is live and in the ISR. While any reassignment runs there is
+        no candidate at all (a rebalance would fight the reassignment's own leader moves)."""
+        if self.ctx.partitions_being_reassigned:
+            return []
         by_preferred: dict[int, list[TopicPartition]] = {}
         for tp in self.ctx.all_partitions():
+            if self.ctx.is_topic_queued_for_deletion(tp.topic):
+                continue
             assignment = self.ctx.assignment(tp)
             if assignment and assignment.replicas:
                 by_preferred.setdefault(assignment.replicas[0], []).append(tp)
-        reassigning = self.ctx.partitions_being_reassigned
         result: list[TopicPartition] = []
         for broker, tps in sorted(by_preferred.items()):
             not_led = [tp for tp in tps if (s := self.ctx.partition_states.get(tp)) is not None and s.leader != broker]
@@ -159,12 +163,7 @@ class LeaderBalancer:
             )
             for tp in not_led:
                 state = self.ctx.partition_states[tp]
-                if (
-                    tp not in reassigning
-                    and not self.ctx.is_topic_queued_for_deletion(tp.topic)
-                    and self.ctx.is_replica_online(broker, tp)
-                    and broker in state.isr
-                ):
+                if self.ctx.is_replica_online(broker, tp) and broker in state.isr:
                     result.append(tp)
         return result
 

@@ -512,6 +512,17 @@ class ZkClient:
         self._add_watch(WatchKind.CHILDREN_CHANGED, path, callback)
         self._add_watch(WatchKind.CREATED, path, callback)
 
+    def watch_counts(self) -> dict[str, int]:
+        """Callbacks registered per path (relative to the chroot), all kinds together: what a
+        term of office holds, for tests and debugging."""
+        chroot = self._chroot or ""
+        counts: dict[str, int] = {}
+        for (_kind, full), callbacks in self._watches.items():
+            if callbacks:
+                path = full[len(chroot) :] or "/"
+                counts[path] = counts.get(path, 0) + len(callbacks)
+        return counts
+
     def unwatch(self, path: str) -> None:
         """Drop every callback registered on `path`."""
         full = self._client.normalize_path(path)

@@ -108,3 +108,32 @@ async def test_total_queue_size_drains_as_requests_are_sent() -> None:
     assert client.sent == 4
     assert sample(TOTAL) == 0 and sample(QUEUE, 7) == 0
     await channels.close()
+
+
+async def test_an_endpoint_change_moves_the_channel_and_keeps_the_queue() -> None:
+    """processBrokerModification: a live broker whose endpoints changed keeps its queued
+    requests; later sends (and resends) go to the new endpoint."""
+    made: list[tuple[int, int, BlockingClient]] = []
+
+    def factory(info: BrokerInfo) -> BlockingClient:
+        client = BlockingClient()
+        made.append((info.broker_id, info.endpoints[0].port, client))
+        return client
+
+    channels = ChannelManager(1, StateChangeLog(None, "controller-1"), 5.0, client_factory=factory)
+    channels.add_broker(broker(3))
+    for _ in range(3):
+        channels.send(3, "UpdateMetadata", broker_pb2.UpdateMetadataRequest())
+    await settle()
+    assert channels.queue_size(3) == 2  # one in flight on the old channel, two queued
+    moved = BrokerInfo(3, (EndPoint("PLAINTEXT", "127.0.0.1", 7777, "PLAINTEXT"),), None, 10)
+    channels.update_broker(moved)
+    assert channels.broker_ids == {3} and channels.queue_size(3) == 2
+    (_, old_port, old), (_, new_port, new) = made
+    assert (old_port, new_port) == (9003, 7777)
+    old.release.set()  # the request in flight completes on the old channel
+    new.release.set()
+    for _ in range(20):
+        await settle()
+    assert old.sent == 1 and new.sent == 2 and channels.queue_size(3) == 0
+    await channels.close()
