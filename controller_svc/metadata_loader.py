@@ -112,12 +112,8 @@ async def load_topic_configs(zk: ZkClient, topics: Sequence[str]) -> dict[str, d
         if got is None:
             continue
         try:
-            obj = json.loads(got[0].decode("utf-8") or "{}")
-            config = obj.get("config", {}) if isinstance(obj, dict) else None
-            if not isinstance(config, dict):
-                raise ValueError("config must be an object")
-            configs[topic] = {str(k): str(v) for k, v in config.items()}
-        except (ValueError, UnicodeDecodeError) as e:
+            configs[topic] = codecs.decode_topic_config(f"{paths.CONFIG_TOPICS}/{topic}", got[0])
+        except CorruptZnodeError as e:
             metrics.CORRUPT_ZNODES.labels("topic_config").inc()
             log.error("ignoring config of topic %s: %s", topic, e)
     return configs

@@ -109,12 +109,14 @@ class NotificationProcessor:
         configs = await load_topic_configs(self.zk, known)
         enabled: set[str] = set()
         for topic in known:
-            before = self.ctx.unclean_election_enabled(topic, False)
             if topic in configs:
                 self.ctx.topic_configs[topic] = configs[topic]
             else:
                 self.ctx.topic_configs.pop(topic, None)
-            if not before and self.ctx.unclean_election_enabled(topic, False):
+            # Kafka's TopicConfigHandler: every change that leaves unclean election enabled
+            # retries the topic's offline partitions, whatever the cache said before (an
+            # election may have refreshed it from ZooKeeper already, for other partitions).
+            if self.ctx.unclean_election_enabled(topic, False):
                 enabled.add(topic)
         if enabled:
             # TopicUncleanLeaderElectionEnable: offline partitions of these topics get another chance.

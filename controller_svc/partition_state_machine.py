@@ -58,6 +58,8 @@ class PartitionStateStore(Protocol):
         self, partitions: Sequence[TopicPartition]
     ) -> dict[TopicPartition, LeaderIsrAndControllerEpoch | None]: ...
 
+    async def read_topic_configs(self, topics: Sequence[str]) -> dict[str, dict[str, str]]: ...
+
     async def create(self, states: Mapping[TopicPartition, LeaderIsrAndControllerEpoch]) -> WriteOutcome: ...
 
     async def update(self, states: Mapping[TopicPartition, LeaderIsrAndControllerEpoch]) -> WriteOutcome: ...
@@ -215,6 +217,27 @@ class PartitionStateMachine:
             self._record_election(tp, state, (), "new", unclean=False)
         outcome.raise_error()
 
+    async def _refresh_unclean_permission(self, partitions: list[TopicPartition]) -> None:
+        """Kafka's collectUncleanLeaderElectionState: whether a partition with no live ISR
+        member may elect outside the ISR is decided on the topic config ZooKeeper holds now,
+        read at this election, never on a cache a config change may not have reached yet."""
+        topics = sorted(
+            {
+                tp.topic
+                for tp in partitions
+                if (state := self.ctx.partition_states.get(tp)) is not None
+                and not any(r in self.ctx.online_replicas(tp) for r in state.isr)
+            }
+        )
+        if not topics:
+            return
+        fresh = await self.store.read_topic_configs(topics)
+        for topic in topics:
+            if topic in fresh:
+                self.ctx.topic_configs[topic] = fresh[topic]
+            else:
+                self.ctx.topic_configs.pop(topic, None)
+
     async def _elect_leaders(
         self,
         partitions: list[TopicPartition],
@@ -229,6 +252,8 @@ class PartitionStateMachine:
             missing = [tp for tp in remaining if tp not in self.ctx.partition_states]
             if missing:
                 await self._refresh(missing)
+            if strategy is ElectionStrategy.OFFLINE and not allow_unclean:
+                await self._refresh_unclean_permission(remaining)
             proposals: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
             previous: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
             unclean: set[TopicPartition] = set()

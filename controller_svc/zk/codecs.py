@@ -236,6 +236,16 @@ def encode_topic(znode: TopicZnode) -> bytes:
 # --- our own: /kcontroller/controllers/<id> -----------------------------------------------
 
 
+def decode_topic_config(path: str, data: bytes | None) -> dict[str, str]:
+    """/config/topics/<t>: {"version":1,"config":{"unclean.leader.election.enable":"true"}}."""
+    if not data:
+        return {}
+    config = _loads_object(path, data).get("config", {})
+    if not isinstance(config, dict):
+        raise CorruptZnodeError(path, "config must be an object")
+    return {str(k): str(v) for k, v in config.items()}
+
+
 def encode_controller_endpoint(controller_id: int, grpc_endpoint: str, metrics_endpoint: str) -> bytes:
     return _dumps({"version": 1, "id": controller_id, "grpc": grpc_endpoint, "metrics": metrics_endpoint})
 

@@ -68,6 +68,21 @@ class ZkPartitionStateStore:
                 result[tp] = None
         return result
 
+    async def read_topic_configs(self, topics: Sequence[str]) -> dict[str, dict[str, str]]:
+        """The topics' /config/topics znodes as ZooKeeper holds them now (a topic without one,
+        or with a corrupt one, is absent: the cluster default applies)."""
+        config_paths = [f"{paths.CONFIG_TOPICS}/{t}" for t in topics]
+        reads = await self.store.zk.get_many(config_paths)
+        configs: dict[str, dict[str, str]] = {}
+        for topic, path, got in zip(topics, config_paths, reads, strict=True):
+            if got is None:
+                continue
+            try:
+                configs[topic] = codecs.decode_topic_config(path, got[0])
+            except CorruptZnodeError as e:
+                log.error("%s", e)
+        return configs
+
     async def create(self, states: Mapping[TopicPartition, LeaderIsrAndControllerEpoch]) -> WriteResult:
         """Create state znodes (and their parents). NodeExists on a state is a conflict."""
         result = WriteResult()

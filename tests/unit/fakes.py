@@ -40,6 +40,13 @@ class FakePartitionStore:
         # After this many writes, ZooKeeper stops answering: the rest of an update fails (as a
         # later multi of a large write does), what was written stays written.
         self.unavailable_after: int | None = None
+        # /config/topics as ZooKeeper holds it (the controller's cache may differ)
+        self.topic_configs: dict[str, dict[str, str]] = {}
+        self.config_reads = 0
+
+    async def read_topic_configs(self, topics: Sequence[str]) -> dict[str, dict[str, str]]:
+        self.config_reads += 1
+        return {t: dict(self.topic_configs[t]) for t in topics if t in self.topic_configs}
 
     def bump(self, tp: TopicPartition, isr: tuple[int, ...]) -> None:
         s = self.znodes[tp]

@@ -229,3 +229,41 @@ async def test_writes_committed_before_zookeeper_fails_part_way_still_send_their
     leaders = {p.partition: p.leader for _, api, r in sink.sent if api == "LeaderAndIsr" for p in r.partition_states}
     assert store.znodes[T0].leader == 2 and store.znodes[t1].leader == 1  # T0 written, t1 not
     assert leaders == {0: 2}
+
+
+async def test_unclean_permission_is_read_from_zookeeper_at_the_election_not_from_the_cache() -> None:
+    """Kafka reads the topic config at each offline election of a partition with no live ISR
+    member; the cache follows config-change notifications and can be behind."""
+    ctx, store, batch, psm, rsm = machines(assignment={0: [1, 2]})
+    await bring_online(ctx, store, batch, psm, rsm)
+    store.bump(T0, (1,))  # only broker 1 in the ISR
+    ctx.partition_states[T0] = store.znodes[T0]
+    del ctx.live_brokers[1]
+    # ZooKeeper allows unclean elections for t; the cache has not heard of it.
+    store.topic_configs["t"] = {"unclean.leader.election.enable": "true"}
+    batch.new_batch()
+    await psm.handle_state_changes([T0], PartitionState.OFFLINE)
+    result = await psm.handle_state_changes([T0], PartitionState.ONLINE, ElectionStrategy.OFFLINE)
+    batch.clear()
+    assert result.succeeded_all and store.znodes[T0].leader == 2 and psm.unclean_elections == 1
+    # The other way round: the cache says yes, ZooKeeper no longer does.
+    ctx2, store2, batch2, psm2, rsm2 = machines(assignment={0: [1, 2]})
+    await bring_online(ctx2, store2, batch2, psm2, rsm2)
+    store2.bump(T0, (1,))
+    ctx2.partition_states[T0] = store2.znodes[T0]
+    del ctx2.live_brokers[1]
+    ctx2.topic_configs["t"] = {"unclean.leader.election.enable": "true"}
+    batch2.new_batch()
+    await psm2.handle_state_changes([T0], PartitionState.OFFLINE)
+    await psm2.handle_state_changes([T0], PartitionState.ONLINE, ElectionStrategy.OFFLINE)
+    batch2.clear()
+    assert store2.znodes[T0].leader != 2 and psm2.unclean_elections == 0
+    # A partition with a live ISR member is elected cleanly, with no config read at all.
+    ctx3, store3, batch3, psm3, rsm3 = machines(assignment={0: [1, 2]})
+    await bring_online(ctx3, store3, batch3, psm3, rsm3)
+    del ctx3.live_brokers[1]
+    batch3.new_batch()
+    await psm3.handle_state_changes([T0], PartitionState.OFFLINE)
+    await psm3.handle_state_changes([T0], PartitionState.ONLINE, ElectionStrategy.OFFLINE)
+    batch3.clear()
+    assert store3.znodes[T0].leader == 2 and store3.config_reads == 0
