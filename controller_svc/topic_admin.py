@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from controller_svc import metrics
 from controller_svc.context import ControllerContext
-from controller_svc.errors import ControllerError, ErrorCode
+from controller_svc.errors import ControllerError, ControllerMovedError, ErrorCode, ZkNodeExistsError
 from controller_svc.events import NewTopic
 from controller_svc.metadata_loader import load_topic_configs, load_topic_names, load_topics
 from controller_svc.model import ReplicaAssignment, TopicPartition
@@ -29,7 +29,7 @@ from controller_svc.topics import (
     validate_topic_name,
 )
 from controller_svc.zk import codecs, paths
-from controller_svc.zk.client import CreateOp, SetDataOp, WatchCallback, ZkOp
+from controller_svc.zk.client import CreateOp, MultiOpError, SetDataOp, WatchCallback, ZkOp
 from controller_svc.zk.store import ControllerZkStore
 
 log = logging.getLogger(__name__)
@@ -196,7 +196,7 @@ class TopicAdmin:
     async def create_topics(self, requests: Sequence[NewTopic], validate_only: bool) -> list[CreateTopicResult]:
         results: list[CreateTopicResult] = []
         planned: set[str] = set()
-        to_create: list[tuple[str, dict[int, tuple[int, ...]], dict[str, str], str]] = []
+        to_create: list[tuple[int, str, dict[int, tuple[int, ...]], dict[str, str], str]] = []
         for request in requests:
             try:
                 assignment, configs = self._plan(request, planned)
@@ -209,23 +209,42 @@ class TopicAdmin:
                 continue
             planned.add(request.name)
             topic_id = new_topic_id()
-            to_create.append((request.name, assignment, configs, topic_id))
+            to_create.append((len(results), request.name, assignment, configs, topic_id))
             results.append(CreateTopicResult(request.name, 0, "", assignment, topic_id))
         if validate_only or not to_create:
             return results
-        for name, assignment, configs, topic_id in to_create:
-            await self._write_topic(name, assignment, configs, topic_id)
+        written: list[str] = []
+        for index, name, assignment, configs, topic_id in to_create:
+            # Each topic is its own fenced multi: one that fails (a racing creator, a znode we
+            # may not write) fails alone, and the topics written before and after it are
+            # brought online (Kafka finds new topics by diffing ZooKeeper against its context,
+            # so a written topic is never left behind). A controller that moved stops here: the
+            # next one finds the written topics in ZooKeeper.
+            try:
+                await self._write_topic(name, assignment, configs, topic_id)
+            except ControllerMovedError:
+                raise
+            except ControllerError as e:
+                cause = e.cause if isinstance(e, MultiOpError) else e
+                code = ErrorCode.TOPIC_ALREADY_EXISTS if isinstance(cause, ZkNodeExistsError) else cause.code
+                metrics.ADMIN_REQUEST_ERRORS.labels("CreateTopics", code.name).inc()
+                log.error("CreateTopics %s failed while writing it: %s", name, cause)
+                results[index] = CreateTopicResult(name, int(code), f"writing the topic failed: {cause}")
+                continue
+            written.append(name)
             self.ctx.assignments[name] = {p: ReplicaAssignment(r) for p, r in assignment.items()}
             self.ctx.topic_ids[name] = topic_id
             if configs:
                 self.ctx.topic_configs[name] = configs
             log.info("controller %d: created topic %s (%d partitions)", self.controller_id, name, len(assignment))
+        if not written:
+            return results
         self.watch_topics(set(self.ctx.assignments) | set(self.ctx.malformed_topics))
         # Arm the data watches of the new topic znodes (a read with watch=True does).
         await self.zk.pipelined(
-            [functools.partial(self.zk.exists, paths.topic_path(name), watch=True) for name, *_ in to_create]
+            [functools.partial(self.zk.exists, paths.topic_path(name), watch=True) for name in written]
         )
-        new_partitions = [tp for name, *_ in to_create for tp in self.ctx.partitions_for_topic(name)]
+        new_partitions = [tp for name in written for tp in self.ctx.partitions_for_topic(name)]
         await self.partitions.on_new_partitions(new_partitions)
         return results
 

@@ -119,3 +119,42 @@ async def test_deletion_request_found_at_failover_with_deletion_disabled_keeps_t
         return current.leader in survivors
 
     await eventually(re_elected, 30, what="partition keep-1 to be re-elected")
+
+
+async def test_create_topics_failing_part_way_brings_the_topics_it_wrote_online(
+    cluster_factory, zookeeper, chroot_connect: str
+) -> None:
+    """One CreateTopics of three topics whose second cannot be written (its config znode
+    belongs to another ZooKeeper identity: NoAuth). Kafka finds new topics by diffing ZooKeeper
+    against its context, so the first and third come online; before, the failure aborted the
+    request after the first was written, and it was never brought online."""
+    from controller_svc.zk.client import ZkClient, ZkDigestAuth
+    from kcontroller.v1 import controller_pb2
+
+    cluster = await cluster_factory(controllers=1, brokers=2, controller_overrides=NO_REBALANCE)
+    await cluster.converged()
+    # Without a chroot of its own (a secured chroot would lock the cluster out), another
+    # identity creates /config/topics/locked in the cluster's chroot: readable by all, writable
+    # only by it.
+    other = ZkClient(zookeeper.connect, 10000, auth=ZkDigestAuth("other", "secret"), set_acl=True)
+    await other.start(timeout_s=10)
+    try:
+        chroot = chroot_connect[len(zookeeper.connect) :]
+        await other.create(f"{chroot}{paths.CONFIG_TOPICS}/locked", b'{"version":1,"config":{}}')
+    finally:
+        await other.close()
+    admin = AdminClient(zookeeper=cluster.zookeeper)
+    response = await admin.create_topics(
+        controller_pb2.CreateTopicsRequest(
+            topics=[
+                controller_pb2.CreatableTopic(name=name, num_partitions=2, replication_factor=2)
+                for name in ("first", "locked", "last")
+            ]
+        )
+    )
+    codes = {t.name: t.error_code for t in response.topics}
+    assert codes == {"first": 0, "locked": 31, "last": 0}, response  # 31: CLUSTER_AUTHORIZATION_FAILED
+    for topic in ("first", "last"):
+        await eventually(lambda t=topic: brokers_agree_with_controller(cluster, t, [1, 2]), 30, what=f"{topic} online")
+        assert all(p.leader in (1, 2) for p in (await partitions(cluster, topic)).values())
+    assert not await znode_exists(cluster, paths.topic_path("locked"))
