@@ -648,6 +648,8 @@ class Controller:
         if diff.new | diff.bounced:
             await self.partitions.on_broker_startup(set(diff.new | diff.bounced))
             assert self.deletion is not None
+            assert self.reassignment is not None
+            await self._in_operation(self.reassignment.resume_for_brokers(set(diff.new | diff.bounced)))
             topics = {tp.topic for tp in self.context.partitions_on_brokers(diff.new | diff.bounced)}
             await self._in_operation(self.deletion.resume_for(topics))
 

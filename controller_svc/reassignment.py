@@ -150,6 +150,23 @@ class ReassignmentManager:
                 continue
             current = self.ctx.assignment(tp)
             assert current is not None
+            if target is not None:
+                # Kafka's validateReplicas (API path only; a ZooKeeper plan may name a broker
+                # that is down and waits for it): the replicas to add must be live brokers.
+                live = self.ctx.live_or_shutting_down_broker_ids - self.ctx.shutting_down_broker_ids
+                not_live = sorted(r for r in reassign_to(current, target).adding if r not in live)
+                if not_live:
+                    problem = ReassignmentResult(
+                        tp,
+                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                        f"{tp}: replicas to add {not_live} are not live brokers (live: {sorted(live)})",
+                    )
+                    metrics.ADMIN_REQUEST_ERRORS.labels(
+                        "AlterPartitionReassignments", ErrorCode.INVALID_REPLICA_ASSIGNMENT.name
+                    ).inc()
+                    log.warning("reassignment of %s refused: %s", tp, problem.message)
+                    results.append(problem)
+                    continue
             if target is None:
                 if not current.is_being_reassigned:
                     results.append(
@@ -242,6 +259,15 @@ class ReassignmentManager:
             log.info("resuming the reassignment of %s: %s", tp, assignment)
             await self.on_partition_reassignment(tp, assignment)
         self.update_metrics()  # reassignments resumed at failover count too
+
+    async def resume_for_brokers(self, brokers: set[int]) -> None:
+        """Brokers started (onBrokerStartup's maybeResumeReassignments): the reassignments whose
+        target includes one of them go on, with LeaderAndIsr to their replicas."""
+        for tp in sorted(self.ctx.partitions_being_reassigned):
+            assignment = self.ctx.assignment(tp)
+            if assignment is not None and brokers & set(assignment.target_replicas):
+                await self.on_partition_reassignment(tp, assignment)
+        self.update_metrics()
 
     async def on_isr_change(self, partitions: Sequence[TopicPartition]) -> None:
         """An ISR grew: maybe a reassignment is complete (PartitionReassignmentIsrChange)."""

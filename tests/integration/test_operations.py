@@ -169,14 +169,27 @@ async def test_reassignment_completes_as_kafka_leaves_it(cluster_factory) -> Non
     leader_epochs_never_regress(cluster.records())
 
 
+async def submit_zk_plan(cluster, entries: list[tuple[str, int, list[int]]]) -> None:  # type: ignore[no-untyped-def]
+    """Write /admin/reassign_partitions as kafka-reassign-partitions (ZooKeeper mode) does."""
+    plan = {"version": 1, "partitions": [{"topic": t, "partition": p, "replicas": r} for t, p, r in entries]}
+    zk = await cluster.zk()
+    try:
+        await zk.create(paths.REASSIGN_PARTITIONS, json.dumps(plan).encode())
+    finally:
+        await zk.close()
+
+
 async def test_reassignment_to_a_dead_broker_waits_and_cancel_restores(cluster_factory) -> None:
     cluster = await cluster_factory(controllers=1, brokers=3, controller_overrides=NO_REBALANCE)
     await cluster.converged()
     assert (await create_topic(cluster, "r", assignment={0: [1, 2], 1: [1, 2]})).error_code == 0
     await eventually(lambda: brokers_agree_with_controller(cluster, "r", [1, 2]), 30, what="online")
     await cluster.stop_node(cluster.broker(3))
-    response = await client(cluster).alter_reassignments([("r", 0, [1, 3]), ("r", 1, [2, 3])])
-    assert [p.error_code for p in response.partitions] == [0, 0]
+    # The API refuses replicas to add that are not live (Kafka's validateReplicas)...
+    refused = await client(cluster).alter_reassignments([("r", 0, [1, 3])])
+    assert refused.partitions[0].error_code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    # ...a ZooKeeper plan may name them, and waits for them.
+    await submit_zk_plan(cluster, [("r", 0, [1, 3]), ("r", 1, [2, 3])])
     await asyncio.sleep(2)
     ongoing = {(r.topic, r.partition): r for r in (await client(cluster).list_reassignments()).reassignments}
     assert list(ongoing[("r", 0)].adding_replicas) == [3] and list(ongoing[("r", 0)].removing_replicas) == [2]
@@ -203,7 +216,7 @@ async def test_cancel_sends_the_reverted_replicas_to_the_replicas_and_metadata_t
     assert (await create_topic(cluster, "c", assignment={0: [1, 2]})).error_code == 0
     await eventually(lambda: brokers_agree_with_controller(cluster, "c", [1, 2, 3]), 30, what="online")
     await cluster.stop_node(cluster.broker(3))
-    assert (await client(cluster).alter_reassignments([("c", 0, [3, 2])])).partitions[0].error_code == 0
+    await submit_zk_plan(cluster, [("c", 0, [3, 2])])
 
     async def brokers_see(replicas: set[int]) -> bool:
         controller_view = (await partitions(cluster, "c"))[("c", 0)]
@@ -244,7 +257,12 @@ async def test_reassignment_survives_controller_failover(cluster_factory) -> Non
     assert (await create_topic(cluster, "f", assignment={0: [1, 2]})).error_code == 0
     await eventually(lambda: brokers_agree_with_controller(cluster, "f", [1, 2]), 30, what="online")
     await cluster.stop_node(cluster.broker(3))
-    assert (await client(cluster).alter_reassignments([("f", 0, [2, 3])])).partitions[0].error_code == 0
+    await submit_zk_plan(cluster, [("f", 0, [2, 3])])
+
+    async def under_way() -> bool:
+        return bool((await client(cluster).list_reassignments()).reassignments)
+
+    await eventually(under_way, 30, what="the reassignment to start")
     cluster.kill(cluster.controller(snap.controller_id))
     await cluster.converged(min_epoch=snap.controller_epoch + 1, brokers=[1, 2])
     ongoing = (await client(cluster).list_reassignments()).reassignments
