@@ -34,6 +34,7 @@ from controller_svc.leader_balance import LeaderBalancer
 from controller_svc.metadata_loader import load_all, load_brokers
 from controller_svc.model import TopicPartition
 from controller_svc.notifications import NotificationProcessor
+from controller_svc.notifications import clear_before_load as clear_notifications_before_load
 from controller_svc.partition_manager import PartitionManager
 from controller_svc.reassignment import ReassignmentManager
 from controller_svc.state_change_log import StateChangeLog
@@ -475,6 +476,7 @@ class Controller:
         for children, path, callback in self._term_watches():
             (self.zk.watch_children if children else self.zk.watch_data)(path, callback)
         started = time.monotonic()
+        last_config_change = await clear_notifications_before_load(self.store)
         brokers = await load_brokers(self.zk, watch=True)
         self.context.live_brokers = dict(brokers)
         self.context.known_broker_ids.update(brokers)
@@ -504,7 +506,9 @@ class Controller:
             controller_endpoint=self.settings.grpc_endpoint,
         )
         self.topic_admin = TopicAdmin(self.id, self.context, self.store, self.partitions, self._on_topic_data)
-        self.notifications = NotificationProcessor(self.id, self.context, self.store, self.partitions)
+        self.notifications = NotificationProcessor(
+            self.id, self.context, self.store, self.partitions, last_config_change
+        )
         self.topic_admin.watch_topics(set(self.context.assignments) | set(self.context.malformed_topics))
         self.deletion = TopicDeletionManager(
             self.id, self.context, self.store, self.partitions, self.state_log, self.settings.delete_topic_enable
@@ -538,7 +542,6 @@ class Controller:
                 and not self.context.is_replica_online(r.replica, r.tp, include_shutting_down=True)
             }
         )
-        await self.notifications.start_up()
         await self.partitions.start_up()
         await self._in_operation(self.reassignment.start_up())
         await self._in_operation(self.deletion.process_requests(pending_deletions))

@@ -18,31 +18,42 @@ from controller_svc.zk.store import ControllerZkStore
 log = logging.getLogger(__name__)
 
 
+async def clear_before_load(store: ControllerZkStore) -> str:
+    """Failover, before the metadata is loaded (Kafka's onControllerFailover deletes the ISR-change
+    and log-dir notifications before initializeControllerContext): what they announce is in the
+    state the load reads next, and a notification written during the load is new and gets
+    processed afterwards. Deleted after the load, such a notification would be lost with its
+    change (the controller keeping a stale ISR). Replicas on failed log dirs show up again as
+    KAFKA_STORAGE_ERROR answers to the start-up LeaderAndIsr. Returns the config-change
+    high-water mark, taken now for the same reason: a change made during the load is either
+    in what it read or above the mark."""
+    zk = store.zk
+    for parent in (paths.ISR_CHANGE_NOTIFICATION, paths.LOG_DIR_EVENT_NOTIFICATION):
+        children = await zk.get_children_or_empty(parent, watch=True)
+        if children:
+            await store.fenced_delete([f"{parent}/{c}" for c in children])
+    changes = await zk.get_children_or_empty(paths.CONFIG_CHANGES, watch=True)
+    return max(changes, default="")
+
+
 class NotificationProcessor:
     def __init__(
-        self, controller_id: int, ctx: ControllerContext, store: ControllerZkStore, partitions: PartitionManager
+        self,
+        controller_id: int,
+        ctx: ControllerContext,
+        store: ControllerZkStore,
+        partitions: PartitionManager,
+        last_config_change: str = "",
     ) -> None:
         self.controller_id = controller_id
         self.ctx = ctx
         self.store = store
         self.zk = store.zk
         self.partitions = partitions
-        self.last_config_change = ""
+        self.last_config_change = last_config_change
 
     def __repr__(self) -> str:
         return f"NotificationProcessor(last_config_change={self.last_config_change!r})"
-
-    async def start_up(self) -> None:
-        """Failover: the metadata was just loaded whole, so pending ISR and log-dir
-        notifications are obsolete (Kafka deletes them too; replicas on failed log dirs show up
-        again as KAFKA_STORAGE_ERROR answers to the start-up LeaderAndIsr). Config changes
-        already applied are skipped."""
-        for parent in (paths.ISR_CHANGE_NOTIFICATION, paths.LOG_DIR_EVENT_NOTIFICATION):
-            children = await self.zk.get_children_or_empty(parent, watch=True)
-            if children:
-                await self.store.fenced_delete([f"{parent}/{c}" for c in children])
-        changes = await self.zk.get_children_or_empty(paths.CONFIG_CHANGES, watch=True)
-        self.last_config_change = max(changes, default="")
 
     async def process_isr_changes(self) -> list[TopicPartition]:
         """Reload the partitions named by ISR change notifications; returns them."""

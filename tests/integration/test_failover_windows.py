@@ -1,16 +1,22 @@
-"""Admin requests written to ZooKeeper while no controller runs, found by the next failover
-(the failover-windows issue, section 1). Each test writes the request between the stop of the
-only controller and the start of its successor, so the fault lands exactly in that window."""
+"""Failover windows and operations that fail half-way (the failover-windows issue, section 1).
+Each test puts its fault exactly in the window its name says: a request written between the
+stop of the only controller and the start of its successor, a change made while the new
+controller holds its loop after its load, a topic that cannot be written in the middle of a
+request."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import pathlib
 
+import grpc
 import pytest
 
 from controller_svc.admin_client import AdminClient
 from controller_svc.devcluster import read_controller
 from controller_svc.zk import paths
+from kcontroller.v1 import broker_pb2, broker_pb2_grpc
 from tests.integration.harness import brokers_agree_with_controller, create_topic, eventually, partitions
 
 pytestmark = pytest.mark.integration
@@ -158,3 +164,43 @@ async def test_create_topics_failing_part_way_brings_the_topics_it_wrote_online(
         await eventually(lambda t=topic: brokers_agree_with_controller(cluster, t, [1, 2]), 30, what=f"{topic} online")
         assert all(p.leader in (1, 2) for p in (await partitions(cluster, topic)).values())
     assert not await znode_exists(cluster, paths.topic_path("locked"))
+
+
+async def test_isr_change_made_while_the_new_controller_loads_reaches_every_broker(cluster_factory) -> None:
+    """Kafka deletes pending ISR-change notifications *before* loading the metadata. The new
+    controller here holds its loop for 4 s right after its load (fault injection); the ISR
+    shrinks in that window. Before, the notification was deleted after the load: the controller
+    kept the ISR it had read and sent it to every broker, the shrink lost for good."""
+    cluster = await cluster_factory(
+        controllers=2, brokers=3, controller_overrides={**NO_REBALANCE, "debug.failover.hold.loop.ms": "4000"}
+    )
+    await cluster.converged()
+    assert (await create_topic(cluster, "w", assignment={0: [1, 2, 3]})).error_code == 0
+    await eventually(lambda: brokers_agree_with_controller(cluster, "w", [1, 2, 3]), 30, what="online")
+    old_id, old_epoch = await read_controller(cluster.zookeeper)
+    new_id = next(c["id"] for c in cluster.spec["controllers"] if c["id"] != old_id)
+    log_path = pathlib.Path(cluster.logs, f"controller-{new_id}.log")
+    holds_before = (await asyncio.to_thread(log_path.read_text)).count("fault injection: holding")
+    await cluster.stop_node(cluster.controller(old_id))
+
+    async def holding() -> bool:
+        return (await asyncio.to_thread(log_path.read_text)).count("fault injection: holding") > holds_before
+
+    await eventually(holding, 30, interval_s=0.05, what="the new controller to hold its loop after its load")
+    async with grpc.aio.insecure_channel(cluster.broker(1)["grpc"]) as channel:
+        shrunk = await broker_pb2_grpc.BrokerControlStub(channel).SetReplicaLagging(
+            broker_pb2.SetReplicaLaggingRequest(topic="w", partition=0, replica=3, lagging=True)
+        )
+    assert shrunk.error_code == 0 and list(shrunk.isr) == [1, 2]
+    assert await holding()  # still inside the window: the hold lasts 4 s
+    await cluster.converged(min_epoch=old_epoch + 1)
+
+    async def every_broker_has_the_shrunk_isr() -> bool:
+        for broker_id in (1, 2, 3):
+            d = await cluster.describe_broker(broker_id)
+            match = [p for p in (d.metadata_partitions if d else []) if (p.topic, p.partition) == ("w", 0)]
+            if not match or list(match[0].isr) != [1, 2]:
+                return False
+        return list((await partitions(cluster, "w"))[("w", 0)].isr) == [1, 2]
+
+    await eventually(every_broker_has_the_shrunk_isr, 30, what="the controller and every broker to see ISR [1, 2]")
