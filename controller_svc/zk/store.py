@@ -147,6 +147,23 @@ class ControllerZkStore:
                 ) from e
             self.fence = fence
             return fence
+        except ZkUnavailableError as e:
+            # No answer at all: the multi may have been applied with its reply lost. Find out
+            # now rather than leave /controller naming a process that does not know it won
+            # (KAFKA-13407's symptom) until a later retry cleans it up.
+            try:
+                fence = await self._check_controller_and_epoch(controller_id, new_epoch, session_id)
+            except ZkUnavailableError:
+                raise e from None
+            if fence is None:
+                raise
+            log.info(
+                "the election's reply was lost but it was applied: controller %d holds epoch %d",
+                controller_id,
+                new_epoch,
+            )
+            self.fence = fence
+            return fence
         stat = results[1].stat
         assert stat is not None
         self.fence = EpochFence(new_epoch, stat.version, session_id)
