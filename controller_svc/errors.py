@@ -110,6 +110,14 @@ class ZkBadVersionError(ControllerError):
         self.path = path
 
 
+class ZkNotEmptyError(ControllerError):
+    """Delete of a znode that still has children (ZooKeeper's NotEmpty)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path} has children")
+        self.path = path
+
+
 class IllegalStateError(ControllerError):
     """A programming error in the controller (e.g. a new request batch while one is pending):
     Kafka resigns on it, and so do we."""

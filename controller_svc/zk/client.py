@@ -37,6 +37,7 @@ from controller_svc.errors import (
     ZkNodeExistsError,
     ZkNoNodeError,
     ZkNotAuthorizedError,
+    ZkNotEmptyError,
     ZkUnavailableError,
 )
 from controller_svc.tasks import spawn
@@ -132,6 +133,8 @@ def translate(error: BaseException, path: str = "") -> ControllerError:
         return ZkNoNodeError(path)
     if isinstance(error, zk_exc.BadVersion):
         return ZkBadVersionError(path)
+    if isinstance(error, zk_exc.NotEmpty):
+        return ZkNotEmptyError(path)
     if isinstance(error, zk_exc.NoAuth | zk_exc.AuthFailed | zk_exc.InvalidACL):
         return ZkNotAuthorizedError(
             f"ZooKeeper refused {type(error).__name__} on {path or '?'}: check zookeeper.auth.* and the znode's ACL"

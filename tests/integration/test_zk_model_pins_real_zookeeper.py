@@ -1,0 +1,154 @@
+"""The simulation's ZooKeeper model answers as the real ZooKeeper does.
+
+Every scenario runs twice, against the real server (Debian's package, through the project's
+ZkClient) and against `tests/sim/zk_model.py` (through SimZkClient), and asserts the same
+answers: versions, errors and the op a failed multi names, sequential names, czxid order,
+ephemeral owners and their deletion when the session ends, one-shot watches and the events they
+deliver. The model is trusted in the simulation tier only as far as these pin it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from controller_svc.errors import ZkBadVersionError, ZkNodeExistsError, ZkNoNodeError, ZkNotEmptyError
+from controller_svc.zk.client import CheckOp, CreateOp, DeleteOp, MultiOpError, SetDataOp, WatchKind, ZkClient
+from tests.integration.harness import eventually
+from tests.sim.zk_model import SimZkClient, ZooKeeperModel
+
+pytestmark = pytest.mark.integration
+
+Factory = Callable[[], Awaitable[Any]]
+
+
+@pytest.fixture(params=["real", "model"])
+async def session_factory(request: pytest.FixtureRequest, chroot_connect: str) -> AsyncIterator[Factory]:
+    """Make started sessions of one ZooKeeper: the real one (a fresh chroot) or one model."""
+    opened: list[Any] = []
+    model = ZooKeeperModel()
+
+    async def make() -> Any:
+        client: Any = ZkClient(chroot_connect, 10000) if request.param == "real" else SimZkClient(model)
+        await client.start(timeout_s=10)
+        opened.append(client)
+        return client
+
+    if request.param == "real":
+        first = await make()  # the chroot itself
+        await first.ensure_path("/")
+    yield make
+    for client in opened:
+        await client.close()
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[WatchKind, str]] = []
+
+    def __call__(self, kind: WatchKind, path: str) -> None:
+        self.events.append((kind, path))
+
+
+async def settle() -> None:
+    await asyncio.sleep(0.3)  # the real server's events cross a socket and a thread
+
+
+async def test_versions_and_the_errors_of_conditional_writes(session_factory: Factory) -> None:
+    zk = await session_factory()
+    await zk.ensure_path("/v")
+    created = await zk.create("/v/a", b"1")
+    assert created.path == "/v/a" and created.stat is not None and created.stat.version == 0
+    assert (await zk.set_data("/v/a", b"2", version=0)).version == 1
+    with pytest.raises(ZkBadVersionError):
+        await zk.set_data("/v/a", b"3", version=0)
+    with pytest.raises(ZkNoNodeError):
+        await zk.set_data("/v/missing", b"3")
+    with pytest.raises(MultiOpError) as exists:
+        await zk.create("/v/a", b"again")
+    assert isinstance(exists.value.cause, ZkNodeExistsError)
+    with pytest.raises(ZkNotEmptyError):
+        await zk.delete("/v")
+    with pytest.raises(ZkBadVersionError):
+        await zk.delete("/v/a", version=0)
+    await zk.delete("/v/a", version=1)
+    assert await zk.exists("/v/a") is None
+    assert await zk.get_or_none("/v/a") is None
+    assert await zk.get_children("/v") == []
+
+
+async def test_a_multi_is_atomic_and_names_its_first_failing_op(session_factory: Factory) -> None:
+    zk = await session_factory()
+    await zk.ensure_path("/m")
+    await zk.create("/m/x", b"x")
+    with pytest.raises(MultiOpError) as failed:
+        await zk.multi([CreateOp("/m/new", b""), SetDataOp("/m/x", b"y", 5), DeleteOp("/m/x")])
+    assert failed.value.index == 1 and isinstance(failed.value.cause, ZkBadVersionError)
+    assert await zk.exists("/m/new") is None and (await zk.get("/m/x"))[0] == b"x"
+    with pytest.raises(MultiOpError) as checked:
+        await zk.multi([CheckOp("/m/x", 3), CreateOp("/m/never", b"")])
+    assert checked.value.index == 0 and isinstance(checked.value.cause, ZkBadVersionError)
+    results = await zk.multi([CheckOp("/m/x", 0), SetDataOp("/m/x", b"z", 0), CreateOp("/m/y", b"")])
+    assert [r.path for r in results] == ["/m/x", "/m/x", "/m/y"]
+    assert results[1].stat is not None and results[1].stat.version == 1
+
+
+async def test_sequential_names_count_the_parents_creates_and_czxids_grow(session_factory: Factory) -> None:
+    zk = await session_factory()
+    await zk.ensure_path("/s")
+    first = await zk.create("/s/n_", b"", sequential=True)
+    second = await zk.create("/s/n_", b"", sequential=True)
+    await zk.delete(first.path)
+    third = await zk.create("/s/n_", b"", sequential=True)  # a delete does not advance the sequence
+    assert [first.path, second.path, third.path] == ["/s/n_0000000000", "/s/n_0000000001", "/s/n_0000000002"]
+    assert first.stat.czxid < second.stat.czxid < third.stat.czxid
+    assert await zk.get_children("/s") == ["n_0000000001", "n_0000000002"]
+
+
+async def test_an_ended_sessions_ephemerals_go_and_the_watchers_hear_it(session_factory: Factory) -> None:
+    ours, theirs = await session_factory(), await session_factory()
+    await ours.ensure_path("/e")
+    made = await theirs.create("/e/owned", b"", ephemeral=True)
+    assert made.stat.ephemeral_owner == theirs.session_id != ours.session_id
+    heard = Recorder()
+    ours.watch_data("/e/owned", heard)
+    ours.watch_children("/e", heard)
+    assert await ours.exists("/e/owned", watch=True) is not None
+    assert await ours.get_children("/e", watch=True) == ["owned"]
+    await theirs.close()
+
+    async def both_heard() -> bool:
+        return sorted(heard.events) == sorted(
+            [(WatchKind.DELETED, "/e/owned"), (WatchKind.CHILDREN_CHANGED, "/e")]
+        )
+
+    await eventually(both_heard, 10, what=f"the deletion events, heard {heard.events}")
+    assert await ours.exists("/e/owned") is None
+
+
+async def test_watches_are_one_shot_until_a_read_arms_them_again(session_factory: Factory) -> None:
+    zk, writer = await session_factory(), await session_factory()
+    await zk.ensure_path("/w")
+    heard = Recorder()
+    zk.watch_data("/w/node", heard)
+    assert await zk.exists("/w/node", watch=True) is None  # an exists watch on a missing node
+    await writer.create("/w/node", b"0")
+    await settle()
+    assert heard.events == [(WatchKind.CREATED, "/w/node")]
+    await writer.set_data("/w/node", b"1")  # not armed: nothing
+    await settle()
+    assert heard.events == [(WatchKind.CREATED, "/w/node")]
+    assert (await zk.get("/w/node", watch=True))[0] == b"1"
+    await writer.set_data("/w/node", b"2")
+    await writer.set_data("/w/node", b"3")  # one shot: heard once
+    await settle()
+    assert heard.events == [(WatchKind.CREATED, "/w/node"), (WatchKind.DATA_CHANGED, "/w/node")]
+    assert await zk.exists("/w/node", watch=True) is not None
+    await writer.delete("/w/node")
+    await settle()
+    assert heard.events[-1] == (WatchKind.DELETED, "/w/node") and len(heard.events) == 3
+    zk.unwatch("/w/node")
+    assert "/w/node" not in zk.watch_counts()

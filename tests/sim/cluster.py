@@ -1,0 +1,183 @@
+"""A whole cluster in one process: the real `Controller` and the real broker request handling
+(`broker_stub`'s fencing, apply and registration code) on the ZooKeeper model, with the
+brokers' control RPCs called in-process instead of over gRPC.
+
+What this harness does not have yet (the failover-windows issue, section 2): a virtual clock
+and a seeded scheduler that interleaves events, deliveries and faults step by step; here the
+asyncio loop runs in real time and scenarios place their faults by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from broker_stub.registration import BrokerRegistration
+from broker_stub.server import BrokerControlService
+from broker_stub.state import BrokerState
+from controller_svc.channel_manager import ApiKind
+from controller_svc.controller import Controller, ControllerSettings
+from controller_svc.model import BrokerInfo, EndPoint, TopicPartition
+from controller_svc.state_change_log import StateChangeLog
+from controller_svc.tasks import cancel_and_wait, spawn
+from controller_svc.zk import codecs, paths
+from tests.sim.zk_model import SimZkClient, ZooKeeperModel
+
+
+class InProcessBrokerClient:
+    """The controller's channel to a broker: calls its handlers directly."""
+
+    def __init__(self, cluster: SimCluster, broker_id: int) -> None:
+        self.cluster = cluster
+        self.broker_id = broker_id
+
+    def __repr__(self) -> str:
+        return f"InProcessBrokerClient(broker={self.broker_id})"
+
+    async def send(self, api: ApiKind, request: Any, timeout_s: float) -> Any:
+        broker = self.cluster.brokers.get(self.broker_id)
+        if broker is None or not broker.running:
+            raise ConnectionError(f"broker {self.broker_id} is down")
+        if hasattr(request, "serialize"):  # a pre-serialized UpdateMetadata: parse it as gRPC would
+            from kcontroller.v1 import broker_pb2
+
+            request = broker_pb2.UpdateMetadataRequest.FromString(request.serialize())
+        handler: Callable[[Any, Any], Awaitable[Any]] = getattr(broker.service, api.value)
+        return await handler(request, None)
+
+    async def close(self) -> None:
+        return None
+
+
+class SimBroker:
+    def __init__(self, cluster: SimCluster, broker_id: int) -> None:
+        self.broker_id = broker_id
+        self.zk = SimZkClient(cluster.model, cluster.session_timeout_ms)
+        self.info = BrokerInfo(broker_id, (EndPoint("PLAINTEXT", "sim", 9000 + broker_id, "PLAINTEXT"),), None, -1)
+        self.state = BrokerState(broker_id=broker_id)
+        self.service = BrokerControlService(
+            self.state, StateChangeLog(None, f"broker-{broker_id}"), self.zk, catchup_delay_s=0.05
+        )
+        self.running = False
+        self._isr_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.zk.start()
+        registration = BrokerRegistration(self.zk, self.info, 5.0)
+        await registration.ensure_top_level_paths()
+        self.state.broker_epoch = await registration.register()
+        self.state.registered = True
+        self.running = True
+        self._isr_task = spawn(self.service.run_isr_maintenance(0.02), f"sim-broker-{self.broker_id}-isr")
+
+    async def kill(self) -> None:
+        """kill -9: the process is gone, its session ends (its registration goes)."""
+        self.running = False
+        await cancel_and_wait(self._isr_task)
+        self.zk.expire()
+
+
+class SimCluster:
+    def __init__(self, brokers: int, session_timeout_ms: int = 6000, **settings: Any) -> None:
+        self.model = ZooKeeperModel()
+        self.session_timeout_ms = session_timeout_ms
+        self.settings = settings
+        self.brokers = {b: SimBroker(self, b) for b in range(1, brokers + 1)}
+        self.controllers: dict[int, Controller] = {}
+
+    def __repr__(self) -> str:
+        return f"SimCluster(brokers={sorted(self.brokers)}, controllers={sorted(self.controllers)}, {self.model!r})"
+
+    async def start_brokers(self) -> None:
+        for broker in self.brokers.values():
+            await broker.start()
+
+    async def start_controller(self, controller_id: int) -> Controller:
+        zk = SimZkClient(self.model, self.session_timeout_ms)
+        await zk.start()
+        for path in paths.PERSISTENT_PATHS:
+            await zk.ensure_path(path)
+        settings = ControllerSettings(
+            controller_id,
+            f"sim:{controller_id}",
+            "",
+            retry_backoff_s=0.01,
+            first_rebalance_delay_s=3600,
+            **self.settings,
+        )
+        controller = Controller(
+            settings,
+            zk,  # type: ignore[arg-type]  # SimZkClient has ZkClient's methods
+            StateChangeLog(None, f"controller-{controller_id}"),
+            client_factory=lambda info: InProcessBrokerClient(self, info.broker_id),
+        )
+        self.controllers[controller_id] = controller
+        await controller.start().processed
+        return controller
+
+    async def stop_controller(self, controller_id: int) -> None:
+        """SIGTERM: resign, close the session (/controller goes at once)."""
+        controller = self.controllers.pop(controller_id)
+        await controller.shutdown()
+        await controller.zk.close()
+
+    async def stop_all(self) -> None:
+        for controller_id in list(self.controllers):
+            await self.stop_controller(controller_id)
+        for broker in self.brokers.values():
+            if broker.running:
+                await broker.kill()
+
+    def active(self) -> Controller | None:
+        active = [c for c in self.controllers.values() if c.is_active]
+        assert len(active) <= 1, f"two active controllers: {active}"
+        return active[0] if active else None
+
+    # --- what tools write to ZooKeeper -------------------------------------------------------------
+
+    async def admin(self) -> SimZkClient:
+        zk = SimZkClient(self.model, self.session_timeout_ms)
+        await zk.start()
+        return zk
+
+    async def create_topic(self, topic: str, assignment: dict[int, list[int]]) -> None:
+        zk = await self.admin()
+        await zk.create(
+            paths.topic_path(topic),
+            codecs.encode_topic(codecs.TopicZnode({p: tuple(r) for p, r in assignment.items()})),
+        )
+        await zk.close()
+
+    # --- what the outside sees ---------------------------------------------------------------------
+
+    def state_in_zookeeper(self, tp: TopicPartition) -> Any:
+        node = self.model.nodes.get(paths.partition_state_path(tp.topic, tp.partition))
+        if node is None:
+            return None
+        return codecs.decode_partition_state("state", node.data, node.version)
+
+    def replicas_in_zookeeper(self, tp: TopicPartition) -> tuple[int, ...]:
+        node = self.model.nodes[paths.topic_path(tp.topic)]
+        return codecs.decode_topic("topic", node.data).partitions[tp.partition]
+
+    async def until(self, condition: Callable[[], bool], timeout_s: float = 10.0, what: str = "") -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what or condition}; {self!r}")
+            await asyncio.sleep(0.01)
+
+    def safety(self) -> None:
+        """Invariants that hold at every moment: one active controller at most; for every
+        partition in ZooKeeper, a leader is in the ISR and the ISR within the replicas."""
+        self.active()
+        for path, node in self.model.nodes.items():
+            if not path.endswith("/state") or "/partitions/" not in path:
+                continue
+            state = codecs.decode_partition_state(path, node.data, node.version)
+            topic, partition = path.split("/")[3], int(path.split("/")[5])
+            replicas = self.replicas_in_zookeeper(TopicPartition(topic, partition))
+            assert state.leader == -1 or state.leader in state.isr, (path, state)
+            assert set(state.isr) <= set(replicas) or len(state.isr) == 1, (path, state, replicas)

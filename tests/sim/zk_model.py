@@ -1,0 +1,449 @@
+"""An in-memory model of ZooKeeper with its exact semantics, for the simulation tier.
+
+The one place a ZooKeeper model belongs in this project (DESIGN.md, test layers), and only
+because `tests/integration/test_zk_model_pins_real_zookeeper.py` runs the same scenarios
+against the real server and this model and requires the same answers.
+
+Modelled: znodes with data version, czxid, mzxid, pzxid and ephemeral owner; sequential
+names numbered by the parent's child creates; one zxid per write (a multi is one
+transaction); sessions, their expiry (ephemerals deleted, watches fired to the others) and
+close; one-shot data, exist and child watches per session, delivered in zxid order; atomic multi
+whose failure names the first failing op; faults: a request not applied and unanswered, a
+request applied but its reply lost (both surface as ZkUnavailableError, as a hung server's do).
+
+`SimZkClient` offers the same methods as `controller_svc.zk.client.ZkClient`, so the real
+controller and broker code runs on it unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller_svc.errors import (
+    ControllerError,
+    ZkBadVersionError,
+    ZkNodeExistsError,
+    ZkNoNodeError,
+    ZkNotEmptyError,
+    ZkUnavailableError,
+)
+from controller_svc.zk.client import (
+    CheckOp,
+    CreateOp,
+    DeleteOp,
+    MultiOpError,
+    OpResult,
+    SetDataOp,
+    WatchCallback,
+    WatchKind,
+    ZkOp,
+    ZnodeStat,
+)
+
+
+@dataclass
+class Znode:
+    data: bytes
+    czxid: int
+    mzxid: int
+    pzxid: int
+    version: int = 0
+    cversion: int = 0
+    ephemeral_owner: int = 0
+    children: set[str] = field(default_factory=set)
+
+    def stat(self) -> ZnodeStat:
+        return ZnodeStat(self.version, self.czxid, self.mzxid, self.ephemeral_owner, len(self.children))
+
+
+def _parent(path: str) -> str:
+    parent = path.rsplit("/", 1)[0]
+    return parent or "/"
+
+
+def _check_path(path: str) -> None:
+    if not path.startswith("/") or (path != "/" and path.endswith("/")) or "//" in path:
+        raise ValueError(f"invalid ZooKeeper path {path!r}")
+
+
+# (session id, kind, path): a watch event for one session.
+WatchEvent = tuple[int, WatchKind, str]
+
+
+class ZooKeeperModel:
+    """The server side: the data tree, the sessions and their watches."""
+
+    def __init__(self) -> None:
+        self.zxid = 0
+        self.nodes: dict[str, Znode] = {"/": Znode(b"", 0, 0, 0)}
+        self._session_ids = itertools.count(0x100)
+        self.live_sessions: set[int] = set()
+        # One-shot server-side watches: path -> sessions.
+        self.data_watches: dict[str, set[int]] = {}
+        self.exist_watches: dict[str, set[int]] = {}
+        self.child_watches: dict[str, set[int]] = {}
+        self.listeners: dict[int, Callable[[WatchKind, str], None]] = {}
+
+    def __repr__(self) -> str:
+        return f"ZooKeeperModel(zxid={self.zxid}, znodes={len(self.nodes)}, sessions={sorted(self.live_sessions)})"
+
+    # --- sessions -------------------------------------------------------------------------------
+
+    def open_session(self, listener: Callable[[WatchKind, str], None]) -> int:
+        session = next(self._session_ids)
+        self.live_sessions.add(session)
+        self.listeners[session] = listener
+        return session
+
+    def end_session(self, session: int) -> None:
+        """Expiry or close: the session's ephemerals go (their watches fire for the others)."""
+        if session not in self.live_sessions:
+            return
+        self.live_sessions.discard(session)
+        self.listeners.pop(session, None)
+        for watches in (self.data_watches, self.exist_watches, self.child_watches):
+            for sessions in watches.values():
+                sessions.discard(session)
+        owned = sorted((p for p, n in self.nodes.items() if n.ephemeral_owner == session), reverse=True)
+        if owned:
+            self.zxid += 1
+            events: list[WatchEvent] = []
+            for path in owned:
+                self._delete(path, self.zxid, events)
+            self._deliver(events)
+
+    def _require(self, session: int) -> None:
+        if session not in self.live_sessions:
+            raise ZkUnavailableError(f"session 0x{session:x} has expired")
+
+    # --- reads ----------------------------------------------------------------------------------
+
+    def get(self, session: int, path: str, watch: bool) -> tuple[bytes, ZnodeStat]:
+        self._require(session)
+        node = self.nodes.get(path)
+        if node is None:
+            raise ZkNoNodeError(path)
+        if watch:
+            self.data_watches.setdefault(path, set()).add(session)
+        return node.data, node.stat()
+
+    def exists(self, session: int, path: str, watch: bool) -> ZnodeStat | None:
+        self._require(session)
+        node = self.nodes.get(path)
+        if watch:
+            target = self.data_watches if node is not None else self.exist_watches
+            target.setdefault(path, set()).add(session)
+        return node.stat() if node is not None else None
+
+    def get_children(self, session: int, path: str, watch: bool) -> list[str]:
+        self._require(session)
+        node = self.nodes.get(path)
+        if node is None:
+            raise ZkNoNodeError(path)
+        if watch:
+            self.child_watches.setdefault(path, set()).add(session)
+        return sorted(node.children)
+
+    # --- writes ---------------------------------------------------------------------------------
+
+    def multi(self, session: int, ops: Sequence[ZkOp]) -> list[OpResult]:
+        """All ops or none, as one transaction (one zxid). The first failing op is named."""
+        self._require(session)
+        snapshot = {p: _copy(n) for p, n in self.nodes.items()}
+        zxid = self.zxid + 1
+        events: list[WatchEvent] = []
+        results: list[OpResult] = []
+        for index, op in enumerate(ops):
+            try:
+                results.append(self._apply(session, op, zxid, events))
+            except ControllerError as e:
+                self.nodes = snapshot
+                raise MultiOpError(index, op, e) from None
+        if any(not isinstance(op, CheckOp) for op in ops):
+            self.zxid = zxid
+        self._deliver(events)
+        return results
+
+    def _apply(self, session: int, op: ZkOp, zxid: int, events: list[WatchEvent]) -> OpResult:
+        _check_path(op.path)
+        if isinstance(op, CheckOp):
+            node = self.nodes.get(op.path)
+            if node is None:
+                raise ZkNoNodeError(op.path)
+            if op.version != -1 and node.version != op.version:
+                raise ZkBadVersionError(op.path)
+            return OpResult(op, op.path, node.stat())
+        if isinstance(op, CreateOp):
+            parent_path = _parent(op.path)
+            parent = self.nodes.get(parent_path)
+            if parent is None:
+                raise ZkNoNodeError(parent_path)
+            if parent.ephemeral_owner:
+                raise ControllerError(f"{parent_path} is ephemeral: it cannot have children")
+            path = f"{op.path}{parent.cversion:010d}" if op.sequential else op.path
+            if path in self.nodes:
+                raise ZkNodeExistsError(path)
+            self.nodes[path] = Znode(op.data, zxid, zxid, zxid, ephemeral_owner=session if op.ephemeral else 0)
+            parent.children.add(path.rsplit("/", 1)[1])
+            parent.cversion += 1
+            parent.pzxid = zxid
+            events += self._fire(self.exist_watches, path, WatchKind.CREATED)
+            events += self._fire(self.data_watches, path, WatchKind.CREATED)
+            events += self._fire(self.child_watches, parent_path, WatchKind.CHILDREN_CHANGED)
+            # A create inside a multi answers without a stat, as ZooKeeper's Create does.
+            return OpResult(op, path, None)
+        if isinstance(op, SetDataOp):
+            node = self.nodes.get(op.path)
+            if node is None:
+                raise ZkNoNodeError(op.path)
+            if op.version != -1 and node.version != op.version:
+                raise ZkBadVersionError(op.path)
+            node.data = op.data
+            node.version += 1
+            node.mzxid = zxid
+            events += self._fire(self.data_watches, op.path, WatchKind.DATA_CHANGED)
+            return OpResult(op, op.path, node.stat())
+        assert isinstance(op, DeleteOp)
+        node = self.nodes.get(op.path)
+        if node is None:
+            raise ZkNoNodeError(op.path)
+        if op.version != -1 and node.version != op.version:
+            raise ZkBadVersionError(op.path)
+        if node.children:
+            raise ZkNotEmptyError(op.path)
+        self._delete(op.path, zxid, events)
+        return OpResult(op, op.path, None)
+
+    def _delete(self, path: str, zxid: int, events: list[WatchEvent]) -> None:
+        del self.nodes[path]
+        parent_path = _parent(path)
+        parent = self.nodes[parent_path]
+        parent.children.discard(path.rsplit("/", 1)[1])
+        # No cversion step: the real server numbers sequential children by creates alone
+        # (create, create, delete, create gives ..0, ..1, ..2; pinned by the real-ZooKeeper test).
+        parent.pzxid = zxid
+        events += self._fire(self.data_watches, path, WatchKind.DELETED)
+        events += self._fire(self.child_watches, path, WatchKind.DELETED)
+        events += self._fire(self.child_watches, parent_path, WatchKind.CHILDREN_CHANGED)
+
+    @staticmethod
+    def _fire(watches: dict[str, set[int]], path: str, kind: WatchKind) -> list[WatchEvent]:
+        sessions = watches.pop(path, set())
+        return [(s, kind, path) for s in sorted(sessions)]
+
+    def _deliver(self, events: Iterable[WatchEvent]) -> None:
+        # A session gets one notification per (kind, path) per trigger, in order.
+        seen: set[WatchEvent] = set()
+        for event in events:
+            if event in seen:
+                continue
+            seen.add(event)
+            session, kind, path = event
+            listener = self.listeners.get(session)
+            if listener is not None:
+                listener(kind, path)
+
+
+def _copy(node: Znode) -> Znode:
+    return Znode(
+        node.data,
+        node.czxid,
+        node.mzxid,
+        node.pzxid,
+        node.version,
+        node.cversion,
+        node.ephemeral_owner,
+        set(node.children),
+    )
+
+
+class SimZkClient:
+    """`ZkClient`'s methods over the model, for the real controller and broker code.
+
+    Callbacks registered with watch_data / watch_children stay until `unwatch`; the server-side
+    watch is one-shot and re-armed by the next read with watch=True (as with ZkClient). Watch
+    events are delivered with `loop.call_soon`, in the order the model produced them. Faults on
+    writes: `fail_next_writes(n)` fails the next n multis unapplied, `lose_next_write_replies(n)`
+    applies them and loses their replies; both raise ZkUnavailableError, as a write to a hung
+    server does. Reads have no such fault: the real ZkClient retries a read through a lost
+    connection for up to a session timeout, after which the session has expired anyway.
+    `expire()` ends the session (on_session_lost), `renew()` opens a new one (on_new_session)."""
+
+    def __init__(
+        self,
+        model: ZooKeeperModel,
+        session_timeout_ms: int = 6000,
+        on_session_lost: Callable[[], None] | None = None,
+        on_new_session: Callable[[], None] | None = None,
+    ) -> None:
+        self.model = model
+        self._session_timeout_ms = session_timeout_ms
+        self._on_session_lost = on_session_lost
+        self._on_new_session = on_new_session
+        self._session = 0
+        self._callbacks: dict[tuple[WatchKind, str], list[WatchCallback]] = {}
+        self._fail_next = 0
+        self._lose_next = 0
+
+    def __repr__(self) -> str:
+        return f"SimZkClient(session=0x{self._session:x})"
+
+    # --- session --------------------------------------------------------------------------------
+
+    @property
+    def session_id(self) -> int:
+        return self._session
+
+    @property
+    def session_timeout_s(self) -> float:
+        return self._session_timeout_ms / 1000.0
+
+    @property
+    def connected(self) -> bool:
+        return self._session in self.model.live_sessions
+
+    async def start(self, timeout_s: float | None = None) -> None:
+        self._session = self.model.open_session(self._on_event)
+
+    async def close(self) -> None:
+        self.model.end_session(self._session)
+
+    async def wait_connected(self) -> None:
+        return None
+
+    def expire(self) -> None:
+        self.model.end_session(self._session)
+        if self._on_session_lost is not None:
+            self._on_session_lost()
+
+    async def renew(self) -> None:
+        """A new session after expiry; watches with callbacks are re-armed (aiozk's SetWatches)."""
+        self._session = self.model.open_session(self._on_event)
+        for kind, path in list(self._callbacks):
+            if kind == WatchKind.CHILDREN_CHANGED:
+                if path in self.model.nodes:
+                    self.model.child_watches.setdefault(path, set()).add(self._session)
+            elif kind in (WatchKind.DATA_CHANGED, WatchKind.DELETED, WatchKind.CREATED):
+                self.model.exists(self._session, path, watch=True)
+        if self._on_new_session is not None:
+            self._on_new_session()
+
+    # --- faults ---------------------------------------------------------------------------------
+
+    def fail_next_writes(self, count: int = 1) -> None:
+        self._fail_next += count
+
+    def lose_next_write_replies(self, count: int = 1) -> None:
+        self._lose_next += count
+
+    def _before(self, path: str) -> None:
+        if self._fail_next:
+            self._fail_next -= 1
+            raise ZkUnavailableError(f"ZooKeeper request on {path} failed: no answer (simulated)")
+
+    def _after(self, path: str) -> None:
+        if self._lose_next:
+            self._lose_next -= 1
+            raise ZkUnavailableError(f"ZooKeeper request on {path} failed: reply lost (simulated)")
+
+    # --- watches --------------------------------------------------------------------------------
+
+    def watch_data(self, path: str, callback: WatchCallback) -> None:
+        for kind in (WatchKind.CREATED, WatchKind.DELETED, WatchKind.DATA_CHANGED):
+            self._callbacks.setdefault((kind, path), []).append(callback)
+
+    def watch_children(self, path: str, callback: WatchCallback) -> None:
+        for kind in (WatchKind.CHILDREN_CHANGED, WatchKind.CREATED):
+            self._callbacks.setdefault((kind, path), []).append(callback)
+
+    def unwatch(self, path: str) -> None:
+        for kind in WatchKind:
+            self._callbacks.pop((kind, path), None)
+
+    def watch_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for (_kind, path), callbacks in self._callbacks.items():
+            if callbacks:
+                counts[path] = counts.get(path, 0) + len(callbacks)
+        return counts
+
+    def _on_event(self, kind: WatchKind, path: str) -> None:
+        for callback in list(self._callbacks.get((kind, path), [])):
+            asyncio.get_running_loop().call_soon(callback, kind, path)
+
+    # --- reads ----------------------------------------------------------------------------------
+
+    async def get(self, path: str, watch: bool = False) -> tuple[bytes, ZnodeStat]:
+        return self.model.get(self._session, path, watch)
+
+    async def get_or_none(self, path: str, watch: bool = False) -> tuple[bytes, ZnodeStat] | None:
+        try:
+            return await self.get(path, watch=watch)
+        except ZkNoNodeError:
+            if watch and await self.exists(path, watch=True) is not None:
+                return await self.get(path, watch=watch)
+            return None
+
+    async def exists(self, path: str, watch: bool = False) -> ZnodeStat | None:
+        return self.model.exists(self._session, path, watch)
+
+    async def get_children(self, path: str, watch: bool = False) -> list[str]:
+        return self.model.get_children(self._session, path, watch)
+
+    async def get_children_or_empty(self, path: str, watch: bool = False) -> list[str]:
+        try:
+            return await self.get_children(path, watch=watch)
+        except ZkNoNodeError:
+            if watch:
+                await self.exists(path, watch=True)
+            return []
+
+    async def pipelined(self, calls: Iterable[Callable[[], Any]]) -> list[Any]:
+        return [await call() for call in calls]
+
+    async def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, ZnodeStat] | None]:
+        return [await self.get_or_none(p) for p in paths]
+
+    # --- writes ---------------------------------------------------------------------------------
+
+    async def multi(self, ops: Sequence[ZkOp]) -> list[OpResult]:
+        if not ops:
+            return []
+        self._before(ops[0].path)
+        results = self.model.multi(self._session, ops)
+        self._after(ops[0].path)
+        return results
+
+    async def create(self, path: str, data: bytes = b"", ephemeral: bool = False, sequential: bool = False) -> OpResult:
+        result = (await self.multi([CreateOp(path, data, ephemeral, sequential)]))[0]
+        return OpResult(result.op, result.path, await self.exists(result.path))
+
+    async def set_data(self, path: str, data: bytes, version: int = -1) -> ZnodeStat:
+        try:
+            result = (await self.multi([SetDataOp(path, data, version)]))[0]
+        except MultiOpError as e:
+            raise e.cause from None
+        assert result.stat is not None
+        return result.stat
+
+    async def delete(self, path: str, version: int = -1) -> None:
+        try:
+            await self.multi([DeleteOp(path, version)])
+        except MultiOpError as e:
+            raise e.cause from None
+
+    async def ensure_path(self, path: str) -> None:
+        current = ""
+        for part in [p for p in path.split("/") if p]:
+            current = f"{current}/{part}"
+            if await self.exists(current) is not None:
+                continue
+            try:
+                await self.create(current)
+            except MultiOpError as e:
+                if not isinstance(e.cause, ZkNodeExistsError):
+                    raise e.cause from e
