@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import replace
 
 import grpc
@@ -170,7 +169,8 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
             if not self._candidates:
                 return 0
             due = isr.caught_up_followers(
-                self.state, self._first_seen, time.monotonic(), self.catchup_delay_s, self._candidates
+                # The loop's clock (virtual in the simulation tier), not the wall's.
+                self.state, self._first_seen, asyncio.get_running_loop().time(), self.catchup_delay_s, self._candidates
             )
             if not due:
                 return 0

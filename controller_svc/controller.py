@@ -530,6 +530,8 @@ class Controller:
         pending_deletions = set(await self.zk.get_children_or_empty(paths.DELETE_TOPICS, watch=True))
         if self.settings.delete_topic_enable:
             self.context.topics_to_be_deleted.update(pending_deletions & set(self.context.assignments))
+        await self.partitions.start_up()
+        await self._in_operation(self.reassignment.abandon(self.context.topics_to_be_deleted))
         # Kafka's fetchTopicDeletionsInProgress: topics with a replica on a dead broker or a
         # partition being reassigned are ineligible before anything else runs, so that a
         # reassignment completing as it resumes below cannot start their deletion early.
@@ -542,9 +544,11 @@ class Controller:
                 and not self.context.is_replica_online(r.replica, r.tp, include_shutting_down=True)
             }
         )
-        await self.partitions.start_up()
         await self._in_operation(self.reassignment.start_up())
         await self._in_operation(self.deletion.process_requests(pending_deletions))
+        # Kafka's onControllerFailover ends with tryTopicDeletion: the topics queued above were
+        # already known to process_requests (not "fresh"), so nothing else would start them.
+        await self._in_operation(self.deletion.resume())
         await self._in_operation(self.balancer.process_zk_request())
         if self.settings.auto_leader_rebalance_enable:
             self._rebalance_task = spawn(self._auto_rebalance_timer(), "auto-leader-rebalance")
@@ -694,7 +698,13 @@ class Controller:
     async def _process_topic_deletion(self) -> None:
         assert self.deletion is not None
         requested = set(await self.zk.get_children_or_empty(paths.DELETE_TOPICS, watch=True))
+        await self._abandon_reassignments_of(requested)
         await self._in_operation(self.deletion.process_requests(requested))
+
+    async def _abandon_reassignments_of(self, topics: set[str]) -> None:
+        if self.settings.delete_topic_enable:
+            assert self.reassignment is not None
+            await self._in_operation(self.reassignment.abandon(topics & set(self.context.assignments)))
 
     async def _delete_topics(self, topics: tuple[str, ...]) -> list[tuple[str, int, str]]:
         """DeleteTopics RPC: queue through /admin/delete_topics, exactly as kafka-topics does,
@@ -720,6 +730,7 @@ class Controller:
             except MultiOpError as e:
                 if not isinstance(e.cause, ZkNodeExistsError):
                     raise
+        await self._abandon_reassignments_of(set(queue))
         await self._in_operation(self.deletion.process_requests(set(queue)))
         return results
 

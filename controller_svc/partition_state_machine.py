@@ -203,10 +203,26 @@ class PartitionStateMachine:
         if not initial:
             return
         outcome = await self.store.create(initial)
-        for tp in outcome.conflicts:
-            result.failed[tp] = "partition state znode already exists"
-            log.error("controller %d: state of new partition %s already exists in ZooKeeper", self.controller_id, tp)
-        for tp, version in outcome.written.items():
+        written = dict(outcome.written)
+        if outcome.conflicts:
+            # A state znode that exists already is ours when it holds exactly what we proposed
+            # under our epoch: a create applied with its reply lost, met again by the retry.
+            existing = await self.store.read(sorted(outcome.conflicts))
+            for tp in sorted(outcome.conflicts):
+                found = existing.get(tp)
+                chosen = initial[tp]
+                if (
+                    found is not None
+                    and found.controller_epoch == self.ctx.epoch
+                    and (found.leader, found.leader_epoch, found.isr) == (chosen.leader, 0, chosen.isr)
+                ):
+                    written[tp] = found.zk_version
+                    continue
+                result.failed[tp] = "partition state znode already exists"
+                log.error(
+                    "controller %d: state of new partition %s already exists in ZooKeeper", self.controller_id, tp
+                )
+        for tp, version in written.items():
             chosen = initial[tp]
             state = LeaderIsrAndControllerEpoch(chosen.leader, 0, chosen.isr, version, self.ctx.epoch)
             self.ctx.partition_states[tp] = state

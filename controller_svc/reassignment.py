@@ -132,6 +132,22 @@ class ReassignmentManager:
             return ReassignmentResult(tp, ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{tp}: unknown brokers {unknown}")
         return None
 
+    async def _cancel_would_strand(self, tp: TopicPartition, current: ReplicaAssignment) -> str | None:
+        """A cancel reverts to the original replicas and removes the ones being added. If none
+        of the original replicas is in the ISR ZooKeeper holds now (they fell behind or died
+        while the new ones caught up), the partition would be left with no in-sync replica:
+        leaderless, its data only on replicas just removed, waiting for an unclean election.
+        Kafka carries such a cancel out; we refuse it with the reason (the simulation found
+        partitions stranded that way)."""
+        fresh = (await self.partitions.psm.store.read([tp])).get(tp)
+        if fresh is None or set(fresh.isr) & set(current.origin_replicas):
+            return None
+        return (
+            f"cancelling would leave {tp} without an in-sync replica: none of its original replicas "
+            f"{list(current.origin_replicas)} is in the ISR {list(fresh.isr)}; let the reassignment "
+            "complete, or reassign to replicas that include an in-sync one"
+        )
+
     # --- entry points ----------------------------------------------------------------------------
 
     async def alter(
@@ -174,6 +190,14 @@ class ReassignmentManager:
                             tp, ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment of {tp} in progress"
                         )
                     )
+                    continue
+                stranding = await self._cancel_would_strand(tp, current)
+                if stranding is not None:
+                    metrics.ADMIN_REQUEST_ERRORS.labels(
+                        "AlterPartitionReassignments", ErrorCode.INVALID_REPLICA_ASSIGNMENT.name
+                    ).inc()
+                    log.warning("cancel of %s refused: %s", tp, stranding)
+                    results.append(ReassignmentResult(tp, ErrorCode.INVALID_REPLICA_ASSIGNMENT, stranding))
                     continue
                 reassignment = reassign_to(current, current.origin_replicas)
                 self.state_log.record(
@@ -260,6 +284,33 @@ class ReassignmentManager:
             await self.on_partition_reassignment(tp, assignment)
         self.update_metrics()  # reassignments resumed at failover count too
 
+    async def abandon(self, topics: set[str]) -> None:
+        """Topics about to be deleted: their reassignments have nothing left to move. Each
+        reverts to its original replicas (ZooKeeper and memory), the replicas it was adding are
+        stopped and deleted, and it leaves /admin/reassign_partitions; the deletion removes the
+        rest. Kafka instead keeps such a topic ineligible for deletion until the reassignment
+        completes, which never happens when the reassignment needs a leader that a topic being
+        deleted will not get: the deletion and the reassignment then wait for each other
+        forever (the folk remedy was deleting /controller). The simulation found that cycle."""
+        abandoned = sorted(tp for tp in self.ctx.partitions_being_reassigned if tp.topic in topics)
+        for tp in abandoned:
+            current = self.ctx.assignment(tp)
+            assert current is not None
+            reverted = ReplicaAssignment(current.origin_replicas)
+            unneeded = [r for r in current.replicas if r not in reverted.replicas]
+            await self._stop_removed_replicas(tp, unneeded, reverted)
+            log.info("reassignment of %s abandoned: its topic is being deleted", tp)
+            self.state_log.record(
+                "reassignment.cancelled",
+                topic=tp.topic,
+                partition=tp.partition,
+                replicas=list(reverted.replicas),
+                reason="topic deleted",
+                controller_epoch=self.ctx.epoch,
+            )
+        await self._remove_from_zk_plan(abandoned)
+        self.update_metrics()
+
     async def resume_for_brokers(self, brokers: set[int]) -> None:
         """Brokers started (onBrokerStartup's maybeResumeReassignments): the reassignments whose
         target includes one of them go on, with LeaderAndIsr to their replicas."""
@@ -312,9 +363,7 @@ class ReassignmentManager:
         if current != reassignment:
             # Replicas a previous, overridden reassignment was adding that this one does not want.
             unneeded = [r for r in current.replicas if r not in reassignment.replicas]
-            await self._write_assignment(tp, reassignment)
-            if unneeded:
-                await self._stop_removed_replicas(tp, unneeded)
+            await self._stop_removed_replicas(tp, unneeded, reassignment)
         # A cancel (or a target equal to the origin) leaves nothing reassigning: it is complete
         # and runs phase B like any completion (Kafka's onPartitionReassignment): the leader
         # moves if it was one of the replicas taken away, the remaining replicas get
@@ -404,7 +453,12 @@ class ReassignmentManager:
                 self.ctx.partition_states[tp] = fresh[tp]  # type: ignore[assignment]
         log.error("reassignment of %s: could not bump the leader epoch (znode kept changing)", tp)
 
-    async def _stop_removed_replicas(self, tp: TopicPartition, replicas: Sequence[int]) -> None:
+    async def _stop_removed_replicas(
+        self, tp: TopicPartition, replicas: Sequence[int], assignment: ReplicaAssignment | None = None
+    ) -> None:
+        """B4/B5: the replicas go offline (out of the ISR, StopReplica), then are deleted. With
+        `assignment`, the topic znode is rewritten between the two: the ISR loses them before
+        the replica set does, so ZooKeeper never holds an ISR outside the replicas."""
         rsm = self.partitions.rsm
         targets = [PartitionAndReplica(tp, r) for r in replicas]
         await rsm.handle_state_changes(
@@ -415,10 +469,14 @@ class ReassignmentManager:
             ],
             ReplicaState.OFFLINE,
         )
+        if assignment is not None:
+            await self._write_assignment(tp, assignment)
         offline = [r for r in targets if rsm.state(r) is ReplicaState.OFFLINE]
         await rsm.handle_state_changes(offline, ReplicaState.DELETION_STARTED)
         await rsm.handle_state_changes(offline, ReplicaState.DELETION_SUCCESSFUL)
         await rsm.handle_state_changes(offline, ReplicaState.NON_EXISTENT)
+        if assignment is not None:
+            self.ctx.set_assignment(tp, assignment)
 
     async def _write_assignment(self, tp: TopicPartition, assignment: ReplicaAssignment) -> None:
         """Rewrite the topic znode with this partition's assignment (and the others unchanged)."""

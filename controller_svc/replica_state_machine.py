@@ -250,6 +250,10 @@ class ReplicaStateMachine:
             for tp, fresh_state in fresh.items():
                 if fresh_state is None:
                     self.ctx.partition_states.pop(tp, None)
-                else:
-                    self.ctx.partition_states[tp] = fresh_state
+                    continue
+                self.ctx.partition_states[tp] = fresh_state
+                if broker_id not in fresh_state.isr and fresh_state.controller_epoch == self.ctx.epoch:
+                    # Our own write, applied with its reply lost (the retry met its version):
+                    # nothing else announces it, so its requests go out as if just written.
+                    updated[tp] = fresh_state
         return updated, None

@@ -209,7 +209,8 @@ class ControllerZkStore:
         missing-node conflict, which every caller already resolves by re-reading; the epoch
         check stays first, so a retry never writes for a controller that has moved. A new
         session means the role was lost: ControllerMovedError."""
-        deadline = time.monotonic() + self.zk.session_timeout_s
+        loop = asyncio.get_running_loop()  # the loop's clock: virtual in the simulation
+        deadline = loop.time() + self.zk.session_timeout_s
         attempt = 0
         while True:
             if self.zk.session_id != fence.session_id:  # checked before every attempt
@@ -220,7 +221,7 @@ class ControllerZkStore:
                 return await self.zk.multi(ops)
             except ZkUnavailableError as e:
                 attempt += 1
-                if time.monotonic() >= deadline:
+                if loop.time() >= deadline:
                     raise
                 metrics.ZK_WRITE_RETRIES.inc()
                 log.warning("a fenced write of %d ops got no answer (%s); retrying on the same session", len(ops), e)

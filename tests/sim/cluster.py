@@ -76,7 +76,16 @@ class SimBroker:
         """kill -9: the process is gone, its session ends (its registration goes)."""
         self.running = False
         await cancel_and_wait(self._isr_task)
-        self.zk.expire()
+        self.zk.end_silently()
+
+    async def restart(self, cluster: SimCluster) -> None:
+        """A new process: a new session, a new registration (a new broker epoch), no roles."""
+        self.zk = SimZkClient(cluster.model, cluster.session_timeout_ms)
+        self.state = BrokerState(broker_id=self.broker_id)
+        self.service = BrokerControlService(
+            self.state, StateChangeLog(None, f"broker-{self.broker_id}"), self.zk, catchup_delay_s=0.05
+        )
+        await self.start()
 
 
 class SimCluster:
@@ -113,9 +122,18 @@ class SimCluster:
             StateChangeLog(None, f"controller-{controller_id}"),
             client_factory=lambda info: InProcessBrokerClient(self, info.broker_id),
         )
+        zk.set_session_callbacks(controller.on_session_lost, controller.on_new_session)
         self.controllers[controller_id] = controller
         await controller.start().processed
         return controller
+
+    async def kill_controller(self, controller_id: int) -> None:
+        """kill -9: it stops acting at once; ZooKeeper expires its session a session timeout
+        later (until then /controller may still name it)."""
+        controller = self.controllers.pop(controller_id)
+        zk = controller.zk
+        await controller.shutdown()
+        asyncio.get_running_loop().call_later(self.session_timeout_ms / 1000.0, zk.end_silently)  # type: ignore[attr-defined]
 
     async def stop_controller(self, controller_id: int) -> None:
         """SIGTERM: resign, close the session (/controller goes at once)."""
@@ -130,10 +148,17 @@ class SimCluster:
             if broker.running:
                 await broker.kill()
 
+    def zk_epoch(self) -> int:
+        node = self.model.nodes.get(paths.CONTROLLER_EPOCH)
+        return codecs.decode_controller_epoch(node.data) if node is not None else 0
+
     def active(self) -> Controller | None:
-        active = [c for c in self.controllers.values() if c.is_active]
-        assert len(active) <= 1, f"two active controllers: {active}"
-        return active[0] if active else None
+        """The controller that believes it is active with the epoch ZooKeeper holds. Another may
+        still believe it is active with an older epoch until it hears of its lost session: it
+        is fenced (every write checks the epoch) and brokers reject its requests."""
+        current = [c for c in self.controllers.values() if c.is_active and c.context.epoch == self.zk_epoch()]
+        assert len(current) <= 1, f"two active controllers with the current epoch: {current}"
+        return current[0] if current else None
 
     # --- what tools write to ZooKeeper -------------------------------------------------------------
 
@@ -173,6 +198,8 @@ class SimCluster:
         """Invariants that hold at every moment: one active controller at most; for every
         partition in ZooKeeper, a leader is in the ISR and the ISR within the replicas."""
         self.active()
+        epochs = [c.context.epoch for c in self.controllers.values() if c.is_active]
+        assert len(epochs) == len(set(epochs)), f"two active controllers with one epoch: {epochs}"
         for path, node in self.model.nodes.items():
             if not path.endswith("/state") or "/partitions/" not in path:
                 continue

@@ -315,13 +315,20 @@ class SimZkClient:
     async def wait_connected(self) -> None:
         return None
 
-    def expire(self) -> None:
+    def expire(self) -> bool:
+        """The server expires the session (False if it had already ended: a client holds one
+        session at a time, and an ended one cannot expire again)."""
+        if self._session not in self.model.live_sessions:
+            return False
         self.model.end_session(self._session)
         if self._on_session_lost is not None:
             self._on_session_lost()
+        return True
 
     async def renew(self) -> None:
         """A new session after expiry; watches with callbacks are re-armed (aiozk's SetWatches)."""
+        if self._session in self.model.live_sessions:
+            return
         self._session = self.model.open_session(self._on_event)
         for kind, path in list(self._callbacks):
             if kind == WatchKind.CHILDREN_CHANGED:
@@ -331,6 +338,16 @@ class SimZkClient:
                 self.model.exists(self._session, path, watch=True)
         if self._on_new_session is not None:
             self._on_new_session()
+
+    def set_session_callbacks(
+        self, on_session_lost: Callable[[], None] | None, on_new_session: Callable[[], None] | None
+    ) -> None:
+        self._on_session_lost = on_session_lost
+        self._on_new_session = on_new_session
+
+    def end_silently(self) -> None:
+        """The server expires the session of a process that is gone: nobody is told."""
+        self.model.end_session(self._session)
 
     # --- faults ---------------------------------------------------------------------------------
 

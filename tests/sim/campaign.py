@@ -1,0 +1,369 @@
+"""Seeded fault campaigns on the simulated cluster, in virtual time.
+
+One seed decides everything: the initial topics and a schedule of steps, each an admin
+operation, a fault or a pause, separated by virtual time. After every step the safety
+invariants are checked; after the last, the faults are healed (every broker and controller
+back) and the cluster must converge: one active controller that /controller names, every
+partition led, brokers on its epoch with the leaders and epochs ZooKeeper holds, no
+reassignment or deletion left. Same seed, same trace (within one interpreter; string hashing
+is seeded per process, so replay with the PYTHONHASHSEED the run printed).
+
+    python -m tests.sim.campaign --seeds 500            # a search: reports seeds/s and failures
+    python -m tests.sim.campaign --seed 17 --trace      # replay one seed, printing its steps
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import random
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller_svc import events as ev
+from controller_svc.model import TopicPartition
+from controller_svc.zk import codecs, paths
+from tests.sim.cluster import SimCluster
+from tests.sim.virtual_clock import VirtualClock, new_virtual_loop
+
+BROKERS = (1, 2, 3, 4)
+CONTROLLERS = (1, 2)
+
+
+@dataclass
+class Outcome:
+    seed: int
+    trace: list[str] = field(default_factory=list)
+    failure: str | None = None
+    virtual_s: float = 0.0
+
+    def replay_command(self) -> str:
+        return (
+            f"PYTHONHASHSEED={os.environ.get('PYTHONHASHSEED', '?')} "
+            f"python -m tests.sim.campaign --seed {self.seed} --trace"
+        )
+
+
+class Campaign:
+    def __init__(self, seed: int, steps: int, clock: VirtualClock) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.steps = steps
+        self.clock = clock
+        self.cluster = SimCluster(brokers=len(BROKERS), session_timeout_ms=6000, auto_leader_rebalance_enable=False)
+        self.trace: list[str] = []
+        self.topics: set[str] = set()
+        self.topic_seq = 0
+        # Per broker incarnation: the highest controller epoch and leader epochs it applied.
+        self.seen_epochs: dict[tuple[int, int], int] = {}
+        self.seen_leader_epochs: dict[tuple[int, int, TopicPartition], int] = {}
+
+    def log(self, text: str) -> None:
+        self.trace.append(f"t={self.clock.now - 1000.0:8.3f} {text}")
+
+    # --- the run ----------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        cluster = self.cluster
+        await cluster.start_brokers()
+        for controller_id in CONTROLLERS:
+            await cluster.start_controller(controller_id)
+        for _ in range(self.rng.randint(1, 3)):
+            await self.create_topic()
+        await self.pause(1.0)
+        for _ in range(self.steps):
+            action = self.rng.choice(self.actions())
+            await action()
+            await self.pause(self.rng.choice((0.0, 0.05, 0.3, 1.0, 3.0)))
+        await self.heal()
+        await self.converge()
+
+    def actions(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
+        return [
+            self.create_topic,
+            self.kill_broker,
+            self.kill_broker,
+            self.restart_broker,
+            self.restart_broker,
+            self.bounce_broker,
+            self.stop_controller,
+            self.kill_controller,
+            self.start_controller,
+            self.expire_controller_session,
+            self.lose_write_reply,
+            self.reassign,
+            self.cancel,
+            self.delete_topic,
+            self.preferred_election,
+        ]
+
+    async def pause(self, seconds: float) -> None:
+        deadline = self.clock.now + seconds
+        while True:
+            self.check_safety()
+            if self.clock.now >= deadline:
+                return
+            await asyncio.sleep(min(0.05, deadline - self.clock.now))
+
+    # --- admin operations ---------------------------------------------------------------------------
+
+    async def create_topic(self) -> None:
+        name = f"t{self.topic_seq}"
+        self.topic_seq += 1
+        rf = self.rng.choice((1, 2, 3))
+        assignment = {p: self.rng.sample(BROKERS, rf) for p in range(self.rng.randint(1, 4))}
+        self.log(f"create topic {name} {assignment}")
+        await self.cluster.create_topic(name, assignment)
+        self.topics.add(name)
+
+    async def reassign(self) -> None:
+        if not self.topics or paths.REASSIGN_PARTITIONS in self.cluster.model.nodes:
+            return
+        topic = self.rng.choice(sorted(self.topics))
+        if paths.topic_path(topic) not in self.cluster.model.nodes:
+            return
+        partitions = codecs.decode_topic("t", self.cluster.model.nodes[paths.topic_path(topic)].data).partitions
+        partition = self.rng.choice(sorted(partitions))
+        target = self.rng.sample(BROKERS, self.rng.choice((1, 2, 3)))
+        self.log(f"reassign {topic}-{partition} to {target} (ZooKeeper plan)")
+        plan = {"version": 1, "partitions": [{"topic": topic, "partition": partition, "replicas": target}]}
+        admin = await self.cluster.admin()
+        await admin.create(paths.REASSIGN_PARTITIONS, json.dumps(plan).encode())
+        await admin.close()
+
+    async def cancel(self) -> None:
+        active = self.cluster.active()
+        if active is None or not active.context.partitions_being_reassigned:
+            return
+        tp = self.rng.choice(sorted(active.context.partitions_being_reassigned))
+        self.log(f"cancel the reassignment of {tp} (API)")
+        reply = asyncio.get_running_loop().create_future()
+        active.events.put(ev.ApiPartitionReassignment(reply=reply, requests=((tp.topic, tp.partition, None),)))
+
+    async def delete_topic(self) -> None:
+        if not self.topics:
+            return
+        topic = self.rng.choice(sorted(self.topics))
+        self.log(f"delete topic {topic}")
+        admin = await self.cluster.admin()
+        if f"{paths.DELETE_TOPICS}/{topic}" not in self.cluster.model.nodes:
+            await admin.create(f"{paths.DELETE_TOPICS}/{topic}")
+        await admin.close()
+        self.topics.discard(topic)
+
+    async def preferred_election(self) -> None:
+        active = self.cluster.active()
+        if active is None:
+            return
+        self.log("preferred leader election of every partition (API)")
+        reply = asyncio.get_running_loop().create_future()
+        active.events.put(ev.ElectLeaders(reply=reply, partitions=(), election_type="preferred"))
+
+    # --- faults -----------------------------------------------------------------------------------
+
+    def _brokers(self, running: bool) -> list[int]:
+        return [b for b in BROKERS if self.cluster.brokers[b].running == running]
+
+    async def kill_broker(self) -> None:
+        running = self._brokers(True)
+        if running:
+            broker = self.rng.choice(running)
+            self.log(f"kill -9 broker {broker}")
+            await self.cluster.brokers[broker].kill()
+
+    async def restart_broker(self) -> None:
+        dead = self._brokers(False)
+        if dead:
+            broker = self.rng.choice(dead)
+            self.log(f"restart broker {broker}")
+            await self.cluster.brokers[broker].restart(self.cluster)
+
+    async def bounce_broker(self) -> None:
+        running = self._brokers(True)
+        if running:
+            broker = self.rng.choice(running)
+            self.log(f"fast bounce of broker {broker}")
+            await self.cluster.brokers[broker].kill()
+            await self.cluster.brokers[broker].restart(self.cluster)
+
+    async def stop_controller(self) -> None:
+        if self.cluster.controllers:
+            controller_id = self.rng.choice(sorted(self.cluster.controllers))
+            self.log(f"SIGTERM controller {controller_id}")
+            await self.cluster.stop_controller(controller_id)
+
+    async def kill_controller(self) -> None:
+        if self.cluster.controllers:
+            controller_id = self.rng.choice(sorted(self.cluster.controllers))
+            self.log(f"kill -9 controller {controller_id} (its session expires in 6 s)")
+            await self.cluster.kill_controller(controller_id)
+
+    async def start_controller(self) -> None:
+        stopped = [c for c in CONTROLLERS if c not in self.cluster.controllers]
+        if stopped:
+            controller_id = self.rng.choice(stopped)
+            self.log(f"start controller {controller_id}")
+            await self.cluster.start_controller(controller_id)
+
+    async def expire_controller_session(self) -> None:
+        if self.cluster.controllers:
+            controller_id = self.rng.choice(sorted(self.cluster.controllers))
+            zk = self.cluster.controllers[controller_id].zk
+            if zk.expire():  # type: ignore[attr-defined]
+                self.log(f"session of controller {controller_id} expires; a new one follows")
+                asyncio.get_running_loop().call_later(0.1, lambda: asyncio.ensure_future(zk.renew()))  # type: ignore[attr-defined]
+
+    async def lose_write_reply(self) -> None:
+        active = self.cluster.active()
+        if active is not None:
+            self.log("the active controller's next write is applied but its reply lost")
+            active.zk.lose_next_write_replies(1)  # type: ignore[attr-defined]
+
+    # --- checks -----------------------------------------------------------------------------------
+
+    def check_safety(self) -> None:
+        self.cluster.safety()
+        for controller in self.cluster.controllers.values():
+            if controller.partitions is not None:
+                assert controller.partitions.psm.unclean_elections == 0, "an unclean election without permission"
+        for broker in self.cluster.brokers.values():
+            if not broker.running:
+                continue
+            incarnation = (broker.broker_id, broker.state.broker_epoch)
+            before = self.seen_epochs.get(incarnation, 0)
+            assert broker.state.controller_epoch >= before, f"broker {broker.broker_id} went back to an older epoch"
+            self.seen_epochs[incarnation] = broker.state.controller_epoch
+            for tp, role in broker.state.roles.items():
+                key = (broker.broker_id, broker.state.broker_epoch, tp)
+                if role.role in ("leader", "follower"):
+                    assert role.leader_epoch >= self.seen_leader_epochs.get(key, -1), (
+                        f"broker {broker.broker_id} applied an older leader epoch of {tp}"
+                    )
+                    self.seen_leader_epochs[key] = role.leader_epoch
+
+    async def heal(self) -> None:
+        self.log("heal: every broker and controller back, no more faults")
+        for controller in self.cluster.controllers.values():
+            controller.zk._fail_next = controller.zk._lose_next = 0  # type: ignore[attr-defined]
+        for broker in BROKERS:
+            if not self.cluster.brokers[broker].running:
+                await self.cluster.brokers[broker].restart(self.cluster)
+        for controller_id in CONTROLLERS:
+            if controller_id not in self.cluster.controllers:
+                await self.cluster.start_controller(controller_id)
+
+    async def converge(self, limit_s: float = 120.0) -> None:
+        deadline = self.clock.now + limit_s
+        last = "not checked yet"
+        while self.clock.now < deadline:
+            self.check_safety()
+            last = self.unconverged()
+            if not last:
+                self.log("converged")
+                return
+            await asyncio.sleep(0.25)
+        raise AssertionError(f"no convergence within {limit_s:.0f} virtual s: {last}")
+
+    def unconverged(self) -> str:
+        """What still differs from a converged cluster ('' when converged)."""
+        cluster = self.cluster
+        active = cluster.active()
+        if active is None:
+            return "no active controller"
+        controller_node = cluster.model.nodes.get(paths.CONTROLLER)
+        if controller_node is None or codecs.decode_controller(controller_node.data).broker_id != active.id:
+            return "/controller does not name the active controller"
+        if paths.REASSIGN_PARTITIONS in cluster.model.nodes or active.context.partitions_being_reassigned:
+            return f"reassignments left: {sorted(map(str, active.context.partitions_being_reassigned))}"
+        deleting = cluster.model.nodes.get(paths.DELETE_TOPICS)
+        if deleting is not None and deleting.children:
+            return f"deletions left: {sorted(deleting.children)}"
+        epoch = active.context.epoch
+        for broker in cluster.brokers.values():
+            if broker.state.controller_epoch != epoch:
+                return f"broker {broker.broker_id} is on epoch {broker.state.controller_epoch}, not {epoch}"
+        for path, node in cluster.model.nodes.items():
+            if not path.endswith("/state"):
+                continue
+            topic, partition = path.split("/")[3], int(path.split("/")[5])
+            tp = TopicPartition(topic, partition)
+            state = codecs.decode_partition_state(path, node.data, node.version)
+            if state.leader < 0:
+                return f"{tp} has no leader (isr {list(state.isr)})"
+            replicas = cluster.replicas_in_zookeeper(tp)
+            for replica in replicas:
+                role = cluster.brokers[replica].state.roles.get(tp)
+                if role is None or role.leader != state.leader or role.leader_epoch != state.leader_epoch:
+                    return f"broker {replica} has {role} for {tp}, ZooKeeper {state}"
+            if set(state.isr) != set(replicas):
+                return f"{tp}: ISR {list(state.isr)} is not yet every replica {list(replicas)}"
+        return ""
+
+
+def run_seed(seed: int, steps: int = 25) -> Outcome:
+    clock = VirtualClock()
+    loop = new_virtual_loop(clock)
+    campaign = Campaign(seed, steps, clock)
+    outcome = Outcome(seed, campaign.trace)
+
+    async def main() -> None:
+        try:
+            await campaign.run()
+        finally:
+            await campaign.cluster.stop_all()
+
+    try:
+        loop.run_until_complete(main())
+    except AssertionError as e:
+        outcome.failure = str(e)
+    finally:
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
+    outcome.virtual_s = clock.now - 1000.0
+    return outcome
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=100, help="how many seeds, from --first")
+    parser.add_argument("--first", type=int, default=0)
+    parser.add_argument("--seed", type=int, help="run only this seed")
+    parser.add_argument("--steps", type=int, default=25)
+    parser.add_argument("--trace", action="store_true", help="print every step of the run")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.CRITICAL)
+    seeds = [args.seed] if args.seed is not None else list(range(args.first, args.first + args.seeds))
+    started = time.monotonic()
+    failures = []
+    for seed in seeds:
+        outcome = run_seed(seed, args.steps)
+        if args.trace:
+            print("\n".join(outcome.trace))
+        if outcome.failure is not None:
+            failures.append(outcome)
+            print(f"seed {seed} FAILED: {outcome.failure}\n  replay: {outcome.replay_command()}", file=sys.stderr)
+    elapsed = time.monotonic() - started
+    print(
+        json.dumps(
+            {
+                "seeds": len(seeds),
+                "failed": [o.seed for o in failures],
+                "seeds_per_s": round(len(seeds) / elapsed, 1) if elapsed else None,
+                "steps": args.steps,
+                "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
+            }
+        )
+    )
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
