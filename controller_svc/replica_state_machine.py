@@ -206,6 +206,12 @@ class ReplicaStateMachine:
         the caller has queued the requests of what was written."""
         updated: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
         remaining = list(partitions)
+        # Kafka's doRemoveReplicasFromIsr reads the states from ZooKeeper first: the cache can
+        # miss an ISR a broker just grew (its notification not processed yet), and a replica
+        # missing from a stale ISR would stay in the real one (the simulation found that).
+        for tp, fresh_state in (await self.store.read(remaining)).items():
+            if fresh_state is not None:
+                self.ctx.partition_states[tp] = fresh_state
         for _attempt in range(MAX_WRITE_ATTEMPTS):
             proposals: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
             for tp in remaining:
