@@ -461,13 +461,11 @@ class ReassignmentManager:
         the replica set does, so ZooKeeper never holds an ISR outside the replicas."""
         rsm = self.partitions.rsm
         targets = [PartitionAndReplica(tp, r) for r in replicas]
+        # Offline again even if offline already: a replica that went offline can have re-entered
+        # the ISR since (a follower that caught up just before it died), and it must leave the
+        # ISR before it leaves the replica set (the simulation found such an ISR left behind).
         await rsm.handle_state_changes(
-            [
-                r
-                for r in targets
-                if rsm.state(r) is not ReplicaState.OFFLINE and rsm.state(r) is not ReplicaState.NON_EXISTENT
-            ],
-            ReplicaState.OFFLINE,
+            [r for r in targets if rsm.state(r) is not ReplicaState.NON_EXISTENT], ReplicaState.OFFLINE
         )
         if assignment is not None:
             await self._write_assignment(tp, assignment)

@@ -40,6 +40,12 @@ async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
         try:
             await task
         except asyncio.CancelledError:
-            pass
+            # The awaited task's cancellation is expected; the caller's own is not ours to
+            # swallow (the simulation found a controller whose shutdown cancelled its event
+            # thread during a resignation that was awaiting here: the thread went on, and the
+            # shutdown waited for it forever).
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
         except Exception:
             log.exception("task %s failed while being cancelled", task.get_name())

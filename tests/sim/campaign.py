@@ -30,7 +30,7 @@ from controller_svc import events as ev
 from controller_svc.model import TopicPartition
 from controller_svc.zk import codecs, paths
 from tests.sim.cluster import SimCluster
-from tests.sim.virtual_clock import VirtualClock, new_virtual_loop
+from tests.sim.virtual_clock import StuckError, VirtualClock, new_virtual_loop
 
 BROKERS = (1, 2, 3, 4)
 CONTROLLERS = (1, 2)
@@ -322,9 +322,12 @@ def run_seed(seed: int, steps: int = 25) -> Outcome:
         loop.run_until_complete(main())
     except AssertionError as e:
         outcome.failure = str(e)
+    except StuckError as e:
+        outcome.failure = f"stuck: {e}; last steps: {campaign.trace[-3:]}"
     finally:
         for task in asyncio.all_tasks(loop):
             task.cancel()
+        clock.real_deadline = float("inf")
         loop.run_until_complete(asyncio.sleep(0))
         loop.close()
     outcome.virtual_s = clock.now - 1000.0

@@ -12,12 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import selectors
+import time
 from typing import Any
 
 
+class StuckError(RuntimeError):
+    """The run used up its real-time budget: something spins without letting time pass."""
+
+
 class VirtualClock:
-    def __init__(self, start: float = 1000.0) -> None:
+    def __init__(self, start: float = 1000.0, real_budget_s: float = 60.0) -> None:
         self.now = start
+        self.real_deadline = time.monotonic() + real_budget_s
 
     def __repr__(self) -> str:
         return f"VirtualClock(now={self.now:.3f})"
@@ -36,6 +42,8 @@ class _JumpingSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-ty
     def select(self, timeout: float | None = None) -> list[Any]:
         if timeout is not None and timeout > 0:
             self._clock.now += timeout
+        if time.monotonic() > self._clock.real_deadline:
+            raise StuckError(f"no progress within the real-time budget at virtual {self._clock.now:.3f}")
         return super().select(0)
 
 
