@@ -299,6 +299,9 @@ class ReassignmentManager:
             reverted = ReplicaAssignment(current.origin_replicas)
             unneeded = [r for r in current.replicas if r not in reverted.replicas]
             await self._stop_removed_replicas(tp, unneeded, reverted)
+            # The leader must learn the smaller replica set (and its state version move), or it
+            # may still add a removed replica to the ISR with the version it holds.
+            await self._bump_leader_epoch_and_send(tp, reverted)
             log.info("reassignment of %s abandoned: its topic is being deleted", tp)
             self.state_log.record(
                 "reassignment.cancelled",
