@@ -270,6 +270,12 @@ class Controller:
                 deleted = await self._delete_topics(event.topics)
                 if not event.reply.done():
                     event.reply.set_result(deleted)
+            case ev.StopReplicaResponseReceived() if event.broker_epoch not in (-1, self.context.broker_epoch(
+                event.broker_id
+            )):
+                # Sent to a previous incarnation of the broker (it bounced since; its answer,
+                # often STALE_BROKER_EPOCH, must not fail the deletion restarted for the new one).
+                log.info("ignoring a StopReplica answer from broker %d's previous incarnation", event.broker_id)
             case ev.StopReplicaResponseReceived():
                 assert self.deletion is not None
                 await self._in_operation(
@@ -660,7 +666,9 @@ class Controller:
             topics = {tp.topic for tp in self.context.partitions_on_brokers(diff.new | diff.bounced)}
             await self._in_operation(self.deletion.resume_for(topics))
 
-    def _on_stop_replica_response(self, broker_id: int, response: Any, deleted: frozenset[TopicPartition]) -> None:
+    def _on_stop_replica_response(
+        self, broker_id: int, response: Any, deleted: frozenset[TopicPartition], broker_epoch: int = -1
+    ) -> None:
         """Kafka's StopReplica callback: only the partitions this request deleted (delete=true)
         answer for topic deletion; a request-level error answers for each of them. A response to
         a StopReplica(delete=false) of the same replica must not count as its deletion."""
@@ -676,7 +684,10 @@ class Controller:
         if answers:
             self.events.put(
                 ev.StopReplicaResponseReceived(
-                    broker_id=broker_id, error_code=top_level, partition_errors=tuple(answers)
+                    broker_id=broker_id,
+                    broker_epoch=broker_epoch,
+                    error_code=top_level,
+                    partition_errors=tuple(answers),
                 )
             )
 

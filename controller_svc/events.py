@@ -189,6 +189,7 @@ class TopicDeletion(Event):
 @dataclass(frozen=True, slots=True)
 class StopReplicaResponseReceived(Event):
     broker_id: int = -1
+    broker_epoch: int = -1  # the epoch the request was sent to
     error_code: int = 0
     partition_errors: tuple[tuple[str, int, int], ...] = ()
     state: ControllerState = _event(ControllerState.TOPIC_DELETION)

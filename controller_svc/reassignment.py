@@ -319,7 +319,14 @@ class ReassignmentManager:
         target includes one of them go on, with LeaderAndIsr to their replicas."""
         for tp in sorted(self.ctx.partitions_being_reassigned):
             assignment = self.ctx.assignment(tp)
-            if assignment is not None and brokers & set(assignment.target_replicas):
+            if assignment is None:
+                continue
+            if brokers & set(assignment.target_replicas):
+                await self.on_partition_reassignment(tp, assignment)
+            elif await self._is_complete(tp, assignment):
+                # A partition that had no state when its reassignment started (no live replica)
+                # can come online with every target in its first ISR: no ISR change will ever
+                # announce that (the simulation found such a reassignment waiting forever).
                 await self.on_partition_reassignment(tp, assignment)
         self.update_metrics()
 

@@ -38,15 +38,21 @@ API_UPDATE_METADATA = "UpdateMetadata"
 API_STOP_REPLICA = "StopReplica"
 
 ResponseCallback = Callable[[int, str, Any], None]
-# A StopReplica response, with the partitions whose request had delete=true: only those answer
-# for topic deletion (Kafka's sendStopReplicaRequests: isPartitionDeleted).
-StopReplicaCallback = Callable[[int, Any, frozenset[TopicPartition]], None]
+# A StopReplica response, with the partitions whose request had delete=true (only those answer
+# for topic deletion: Kafka's sendStopReplicaRequests, isPartitionDeleted) and the broker epoch
+# the request was sent to (an answer from a previous incarnation of the broker is stale).
+StopReplicaCallback = Callable[[int, Any, frozenset[TopicPartition], int], None]
 
 
 def _answer_deletion(
-    callback: StopReplicaCallback, deleted: frozenset[TopicPartition], broker_id: int, _api: str, response: Any
+    callback: StopReplicaCallback,
+    deleted: frozenset[TopicPartition],
+    broker_epoch: int,
+    broker_id: int,
+    _api: str,
+    response: Any,
 ) -> None:
-    callback(broker_id, response, deleted)
+    callback(broker_id, response, deleted, broker_epoch)
 
 
 class RequestSink(Protocol):
@@ -309,7 +315,9 @@ class RequestBatch:
                         TopicPartition(p.topic, p.partition) for p in request.partitions if p.delete_partition
                     )
                     if deleted:
-                        callback = functools.partial(_answer_deletion, self.on_stop_replica_response, deleted)
+                        callback = functools.partial(
+                            _answer_deletion, self.on_stop_replica_response, deleted, int(request.broker_epoch)
+                        )
                 sink.send(broker_id, api, request, callback)
             return len(requests)
         finally:

@@ -98,9 +98,11 @@ def test_starting_a_batch_while_one_is_pending_is_illegal() -> None:
 def test_only_stop_replica_requests_that_delete_answer_for_topic_deletion() -> None:
     """Kafka's sendStopReplicaRequests: the response callback names the partitions that the
     request deleted; a StopReplica(delete=false) has none and answers nothing."""
-    answered: list[tuple[int, frozenset[TopicPartition]]] = []
+    answered: list[tuple[int, frozenset[TopicPartition], int]] = []
     ctx = context([1, 2, 3], {"t": {0: [1, 2, 3], 1: [2, 3]}})
-    batch = RequestBatch(1, ctx, on_stop_replica_response=lambda b, _resp, deleted: answered.append((b, deleted)))
+    batch = RequestBatch(
+        1, ctx, on_stop_replica_response=lambda b, _resp, deleted, epoch: answered.append((b, deleted, epoch))
+    )
     callbacks: dict[int, object] = {}
 
     class Sink:
@@ -118,4 +120,4 @@ def test_only_stop_replica_requests_that_delete_answer_for_topic_deletion() -> N
     callback = callbacks[2]
     assert callable(callback)
     callback(2, "StopReplica", "the response")
-    assert answered == [(2, frozenset({TopicPartition("t", 1)}))]
+    assert answered == [(2, frozenset({TopicPartition("t", 1)}), ctx.broker_epoch(2))]  # the epoch it was sent to
