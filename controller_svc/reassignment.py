@@ -25,7 +25,13 @@ from controller_svc import metrics
 from controller_svc.context import ControllerContext
 from controller_svc.election import ElectionStrategy
 from controller_svc.errors import ControllerMovedError, ErrorCode
-from controller_svc.model import LeaderIsrAndControllerEpoch, PartitionAndReplica, ReplicaAssignment, TopicPartition
+from controller_svc.model import (
+    NO_LEADER,
+    LeaderIsrAndControllerEpoch,
+    PartitionAndReplica,
+    ReplicaAssignment,
+    TopicPartition,
+)
 from controller_svc.partition_manager import PartitionManager
 from controller_svc.partition_state_machine import PartitionState
 from controller_svc.replica_state_machine import ReplicaState
@@ -299,9 +305,6 @@ class ReassignmentManager:
             reverted = ReplicaAssignment(current.origin_replicas)
             unneeded = [r for r in current.replicas if r not in reverted.replicas]
             await self._stop_removed_replicas(tp, unneeded, reverted)
-            # The leader must learn the smaller replica set (and its state version move), or it
-            # may still add a removed replica to the ISR with the version it holds.
-            await self._bump_leader_epoch_and_send(tp, reverted)
             log.info("reassignment of %s abandoned: its topic is being deleted", tp)
             self.state_log.record(
                 "reassignment.cancelled",
@@ -478,6 +481,7 @@ class ReassignmentManager:
             [r for r in targets if rsm.state(r) is not ReplicaState.NON_EXISTENT], ReplicaState.OFFLINE
         )
         if assignment is not None:
+            await self._fence_and_shrink(tp, assignment)
             await self._write_assignment(tp, assignment)
         offline = [r for r in targets if rsm.state(r) is ReplicaState.OFFLINE]
         await rsm.handle_state_changes(offline, ReplicaState.DELETION_STARTED)
@@ -485,6 +489,41 @@ class ReassignmentManager:
         await rsm.handle_state_changes(offline, ReplicaState.NON_EXISTENT)
         if assignment is not None:
             self.ctx.set_assignment(tp, assignment)
+
+    async def _fence_and_shrink(self, tp: TopicPartition, assignment: ReplicaAssignment) -> None:
+        """Before the replica set shrinks in ZooKeeper: one conditional write of the partition
+        state with the ISR cut to the new replicas (a leader outside them gives way: -1) and the
+        leader epoch bumped, sent to the remaining replicas. The leader, which may still add a
+        removed follower to the ISR with the state version it holds, is fenced by the version
+        move, and learns the new replica set (the simulation found a leader re-adding a removed
+        replica between the ISR cut and the topic znode write)."""
+        for _attempt in range(10):
+            current = (await self.partitions.psm.store.read([tp])).get(tp)
+            if current is None:
+                return
+            if current.controller_epoch > self.ctx.epoch:
+                raise ControllerMovedError(f"{tp} was written by controller epoch {current.controller_epoch}")
+            isr = tuple(r for r in current.isr if r in assignment.replicas) or current.isr
+            leader = current.leader if current.leader in assignment.replicas and current.leader in isr else NO_LEADER
+            proposal = LeaderIsrAndControllerEpoch(
+                leader, current.leader_epoch + 1, isr, current.zk_version, self.ctx.epoch
+            )
+            outcome = await self.partitions.psm.store.update({tp: proposal})
+            if tp in outcome.written:
+                state = LeaderIsrAndControllerEpoch(
+                    leader, proposal.leader_epoch, isr, outcome.written[tp], proposal.controller_epoch
+                )
+                self.ctx.partition_states[tp] = state
+                self.partitions.batch.add_leader_and_isr(
+                    [r for r in assignment.replicas if r in self.ctx.live_or_shutting_down_broker_ids],
+                    tp,
+                    state,
+                    assignment,
+                    is_new=False,
+                )
+                return
+            outcome.raise_error()
+        log.error("reassignment of %s: could not cut the ISR to the new replicas (state kept changing)", tp)
 
     async def _write_assignment(self, tp: TopicPartition, assignment: ReplicaAssignment) -> None:
         """Rewrite the topic znode with this partition's assignment (and the others unchanged)."""
