@@ -443,24 +443,8 @@ class ReassignmentManager:
                     return
             if current.controller_epoch > self.ctx.epoch:
                 raise ControllerMovedError(f"{tp} was written by controller epoch {current.controller_epoch}")
-            proposal = LeaderIsrAndControllerEpoch(
-                current.leader, current.leader_epoch + 1, current.isr, current.zk_version, self.ctx.epoch
-            )
-            outcome = await self.partitions.psm.store.update({tp: proposal})
-            if tp in outcome.written:
-                state = LeaderIsrAndControllerEpoch(
-                    proposal.leader, proposal.leader_epoch, proposal.isr, outcome.written[tp], proposal.controller_epoch
-                )
-                self.ctx.partition_states[tp] = state
-                self.partitions.batch.add_leader_and_isr(
-                    [r for r in assignment.replicas if r in self.ctx.live_or_shutting_down_broker_ids],
-                    tp,
-                    state,
-                    assignment,
-                    is_new=False,
-                )
+            if await self._write_state_and_send(tp, current, current.leader, current.isr, assignment):
                 return
-            outcome.raise_error()
             fresh = await self.partitions.psm.store.read([tp])
             if fresh.get(tp) is not None:
                 self.ctx.partition_states[tp] = fresh[tp]  # type: ignore[assignment]
@@ -505,25 +489,38 @@ class ReassignmentManager:
                 raise ControllerMovedError(f"{tp} was written by controller epoch {current.controller_epoch}")
             isr = tuple(r for r in current.isr if r in assignment.replicas) or current.isr
             leader = current.leader if current.leader in assignment.replicas and current.leader in isr else NO_LEADER
-            proposal = LeaderIsrAndControllerEpoch(
-                leader, current.leader_epoch + 1, isr, current.zk_version, self.ctx.epoch
-            )
-            outcome = await self.partitions.psm.store.update({tp: proposal})
-            if tp in outcome.written:
-                state = LeaderIsrAndControllerEpoch(
-                    leader, proposal.leader_epoch, isr, outcome.written[tp], proposal.controller_epoch
-                )
-                self.ctx.partition_states[tp] = state
-                self.partitions.batch.add_leader_and_isr(
-                    [r for r in assignment.replicas if r in self.ctx.live_or_shutting_down_broker_ids],
-                    tp,
-                    state,
-                    assignment,
-                    is_new=False,
-                )
+            if await self._write_state_and_send(tp, current, leader, isr, assignment):
                 return
-            outcome.raise_error()
         log.error("reassignment of %s: could not cut the ISR to the new replicas (state kept changing)", tp)
+
+    async def _write_state_and_send(
+        self,
+        tp: TopicPartition,
+        current: LeaderIsrAndControllerEpoch,
+        leader: int,
+        isr: tuple[int, ...],
+        assignment: ReplicaAssignment,
+    ) -> bool:
+        """Write leader and ISR with the leader epoch bumped, conditionally on `current`'s
+        version; on success queue LeaderAndIsr to the assignment's live replicas. False on a
+        version conflict (the caller re-reads and retries)."""
+        proposal = LeaderIsrAndControllerEpoch(
+            leader, current.leader_epoch + 1, isr, current.zk_version, self.ctx.epoch
+        )
+        outcome = await self.partitions.psm.store.update({tp: proposal})
+        if tp not in outcome.written:
+            outcome.raise_error()
+            return False
+        state = LeaderIsrAndControllerEpoch(leader, proposal.leader_epoch, isr, outcome.written[tp], self.ctx.epoch)
+        self.ctx.partition_states[tp] = state
+        self.partitions.batch.add_leader_and_isr(
+            [r for r in assignment.replicas if r in self.ctx.live_or_shutting_down_broker_ids],
+            tp,
+            state,
+            assignment,
+            is_new=False,
+        )
+        return True
 
     async def _write_assignment(self, tp: TopicPartition, assignment: ReplicaAssignment) -> None:
         """Rewrite the topic znode with this partition's assignment (and the others unchanged)."""

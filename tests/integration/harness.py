@@ -136,6 +136,13 @@ class Cluster:
         await client.start(timeout_s=10)
         return client
 
+    async def znode_exists(self, path: str) -> bool:
+        zk = await self.zk()
+        try:
+            return await zk.exists(path) is not None
+        finally:
+            await zk.close()
+
     def records(self, node: str | None = None) -> list[dict[str, Any]]:
         return read_records(self.logs, node)
 

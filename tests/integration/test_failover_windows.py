@@ -33,11 +33,7 @@ async def write_znode(cluster, path: str, data: bytes) -> None:  # type: ignore[
 
 
 async def znode_exists(cluster, path: str) -> bool:  # type: ignore[no-untyped-def]
-    zk = await cluster.zk()
-    try:
-        return await zk.exists(path) is not None
-    finally:
-        await zk.close()
+    return bool(await cluster.znode_exists(path))
 
 
 async def plan_gone(cluster) -> bool:  # type: ignore[no-untyped-def]

@@ -35,11 +35,7 @@ def client(cluster) -> AdminClient:  # type: ignore[no-untyped-def]
 
 
 async def znode_exists(cluster, path: str) -> bool:  # type: ignore[no-untyped-def]
-    zk = await cluster.zk()
-    try:
-        return await zk.exists(path) is not None
-    finally:
-        await zk.close()
+    return bool(await cluster.znode_exists(path))
 
 
 async def topic_gone(cluster, topic: str) -> bool:  # type: ignore[no-untyped-def]
@@ -463,7 +459,12 @@ async def test_controller_epoch_bumped_mid_operation_resigns_and_next_controller
     assert (await create_topic(cluster, "mid", assignment={0: [1, 2]})).error_code == 0
     await eventually(lambda: brokers_agree_with_controller(cluster, "mid", [1, 2]), 30, what="online")
     await cluster.stop_node(cluster.broker(3))
-    assert (await client(cluster).alter_reassignments([("mid", 0, [1, 3])])).partitions[0].error_code == 0
+    await submit_zk_plan(cluster, [("mid", 0, [1, 3])])  # waits for broker 3
+
+    async def under_way() -> bool:
+        return bool((await client(cluster).list_reassignments()).reassignments)
+
+    await eventually(under_way, 30, what="the reassignment to start")
     zk = await cluster.zk()
     try:
         data, stat = await zk.get(paths.CONTROLLER_EPOCH)
