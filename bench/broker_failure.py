@@ -22,9 +22,9 @@ from typing import Any
 import uvloop
 
 from bench.common import create_partitions, emit, records, start_cluster, stop_cluster, wait_all_led
-from controller_svc.admin_client import AdminClient
-from controller_svc.zk import paths
-from controller_svc.zk.client import SetDataOp, WatchKind, ZkClient
+from controller_svc.adapters.admin_client import AdminClient
+from controller_svc.adapters.zk import paths
+from controller_svc.adapters.zk.client import SetDataOp, WatchKind, ZkClient
 
 
 async def floor_writes_ms(zookeeper: str, state_paths: list[str]) -> float:

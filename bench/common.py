@@ -13,8 +13,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from controller_svc import devcluster
-from controller_svc.admin_client import AdminClient
+from controller_svc.adapters.admin_client import AdminClient
+from controller_svc.devtools import devcluster
 from kcontroller.v1 import controller_pb2
 
 

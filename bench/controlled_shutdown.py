@@ -22,9 +22,9 @@ import uvloop
 
 from bench.broker_failure import floor_writes_ms
 from bench.common import LogTail, emit, start_cluster, stop_cluster, wait_all_led
-from controller_svc.admin_client import AdminClient
-from controller_svc.zk import paths
-from controller_svc.zookeeper_launcher import pid_alive
+from controller_svc.adapters.admin_client import AdminClient
+from controller_svc.adapters.zk import paths
+from controller_svc.devtools.zookeeper_launcher import pid_alive
 from kcontroller.v1 import controller_pb2
 
 

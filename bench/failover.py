@@ -32,10 +32,10 @@ from typing import Any
 import uvloop
 
 from bench.common import LogTail, create_partitions, emit, save, start_cluster, stop_cluster, wait_all_led
-from controller_svc import devcluster
-from controller_svc.devcluster import read_controller
-from controller_svc.zk import paths
-from controller_svc.zk.client import WatchKind, ZkClient
+from controller_svc.adapters.zk import paths
+from controller_svc.adapters.zk.client import WatchKind, ZkClient
+from controller_svc.devtools import devcluster
+from controller_svc.devtools.devcluster import read_controller
 
 
 async def floor_read_ms(zookeeper: str, repeats: int = 3) -> float:

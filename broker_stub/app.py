@@ -13,14 +13,15 @@ from broker_stub.registration import BrokerRegistration
 from broker_stub.server import SERVICE_NAME, BrokerControlService
 from broker_stub.shutdown import ShutdownSettings, controlled_shutdown
 from broker_stub.state import BrokerState
-from controller_svc import grpc_common, tls
-from controller_svc.config import Config
-from controller_svc.errors import ControllerError
-from controller_svc.loop_monitor import EventLoopMonitor, warn_threshold_s
-from controller_svc.model import BrokerInfo, EndPoint
-from controller_svc.state_change_log import StateChangeLog
-from controller_svc.tasks import cancel_and_wait, spawn
-from controller_svc.zk.client import ZkClient, digest_auth_from_config
+from controller_svc.adapters.zk.client import ZkClient
+from controller_svc.common import grpc_common, tls
+from controller_svc.common.config import Config
+from controller_svc.common.errors import ControllerError
+from controller_svc.common.loop_monitor import EventLoopMonitor, warn_threshold_s
+from controller_svc.common.model import BrokerInfo, EndPoint
+from controller_svc.common.state_change_log import StateChangeLog
+from controller_svc.common.tasks import cancel_and_wait, spawn
+from controller_svc.common.zk_settings import digest_auth_from_config
 from kcontroller.v1 import broker_pb2_grpc
 
 log = logging.getLogger(__name__)

@@ -6,8 +6,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from controller_svc import config as cfg
-from controller_svc.cli import _add_config_args, run_process
+from broker_stub.app import run_broker
+from controller_svc.common import config as cfg
+from controller_svc.common.process import add_config_args, run_process
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -15,9 +16,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="broker-stub",
         description="A control-plane Kafka broker: registers in ZooKeeper, fences and applies controller requests",
     )
-    _add_config_args(parser, cfg.BROKER_KEYS)
+    add_config_args(parser, cfg.BROKER_KEYS)
     args = parser.parse_args(argv)
-    return run_process("broker", args)
+    return run_process("broker", args, run_broker)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from controller_svc.errors import ErrorCode
+from controller_svc.common.errors import ErrorCode
 
 NO_EPOCH = -1
 EPOCH_DURING_DELETE = -2

@@ -11,10 +11,10 @@ import logging
 from dataclasses import dataclass, replace
 
 from broker_stub.state import BrokerState, PartitionRole
-from controller_svc.errors import CorruptZnodeError, ErrorCode, ZkBadVersionError, ZkNoNodeError
-from controller_svc.model import LeaderIsrAndControllerEpoch, TopicPartition
-from controller_svc.zk import codecs, paths
-from controller_svc.zk.client import MultiOpError, ZkClient
+from controller_svc.adapters.zk import codecs, paths
+from controller_svc.adapters.zk.client import MultiOpError, ZkClient
+from controller_svc.common.errors import CorruptZnodeError, ErrorCode, ZkBadVersionError, ZkNoNodeError
+from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ import asyncio
 import logging
 import time
 
-from controller_svc.errors import ControllerError, ZkBadVersionError, ZkNodeExistsError, ZkNoNodeError
-from controller_svc.model import BrokerInfo
-from controller_svc.zk import codecs, paths
-from controller_svc.zk.client import MultiOpError, WatchKind, ZkClient
+from controller_svc.adapters.zk import codecs, paths
+from controller_svc.adapters.zk.client import MultiOpError, WatchKind, ZkClient
+from controller_svc.common.errors import ControllerError, ZkBadVersionError, ZkNodeExistsError, ZkNoNodeError
+from controller_svc.common.model import BrokerInfo
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from broker_stub import fencing
 from broker_stub.state import BrokerState, PartitionRole
-from controller_svc.errors import ErrorCode
-from controller_svc.model import TopicPartition
+from controller_svc.common.errors import ErrorCode
+from controller_svc.common.model import TopicPartition
 from kcontroller.v1 import broker_pb2
 
 

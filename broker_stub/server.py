@@ -10,11 +10,11 @@ import grpc
 
 from broker_stub import isr, metrics, replica_manager
 from broker_stub.state import BrokerState
-from controller_svc import logging_setup
-from controller_svc.errors import ControllerError, ErrorCode
-from controller_svc.model import TopicPartition
-from controller_svc.state_change_log import StateChangeLog
-from controller_svc.zk.client import ZkClient
+from controller_svc.adapters.zk.client import ZkClient
+from controller_svc.common import logging_setup
+from controller_svc.common.errors import ControllerError, ErrorCode
+from controller_svc.common.model import TopicPartition
+from controller_svc.common.state_change_log import StateChangeLog
 from kcontroller.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 
 log = logging.getLogger(__name__)

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 import grpc
 
 from broker_stub.state import BrokerState
-from controller_svc import grpc_common
-from controller_svc.admin_client import AdminError, read_active_endpoint
-from controller_svc.errors import ControllerError, ErrorCode
-from controller_svc.state_change_log import StateChangeLog
-from controller_svc.tls import TlsFiles, aio_channel
-from controller_svc.zk.client import ZkClient
+from controller_svc.adapters.admin_client import AdminError, read_active_endpoint
+from controller_svc.adapters.zk.client import ZkClient
+from controller_svc.common import grpc_common
+from controller_svc.common.errors import ControllerError, ErrorCode
+from controller_svc.common.state_change_log import StateChangeLog
+from controller_svc.common.tls import TlsFiles, aio_channel
 from kcontroller.v1 import controller_pb2, controller_pb2_grpc
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field
 
-from controller_svc.model import TopicPartition
+from controller_svc.common.model import TopicPartition
 from kcontroller.v1 import common_pb2
 
 

@@ -1,5 +1,5 @@
 import sys
 
-from controller_svc.cli import main
+from controller_svc.cli.main import main
 
 sys.exit(main())

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from controller_svc import devcluster, zookeeper_launcher
+from controller_svc.devtools import devcluster, zookeeper_launcher
 from tests.integration.harness import Cluster
 
 # Short enough that failover tests are quick, long enough for a loaded 2-core CI machine.

@@ -13,8 +13,8 @@ import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from controller_svc import devcluster
-from controller_svc.zk.client import ZkClient
+from controller_svc.adapters.zk.client import ZkClient
+from controller_svc.devtools import devcluster
 from kcontroller.v1 import broker_pb2, broker_pb2_grpc
 
 T = TypeVar("T")
@@ -155,7 +155,7 @@ def _reap(pid: int) -> None:
 
 
 async def _dead(pid: int) -> bool:
-    from controller_svc.zookeeper_launcher import pid_alive
+    from controller_svc.devtools.zookeeper_launcher import pid_alive
 
     return not pid_alive(pid)
 
@@ -164,7 +164,7 @@ async def _dead(pid: int) -> bool:
 
 
 async def admin(cluster: Cluster) -> Any:
-    from controller_svc.admin_client import AdminClient
+    from controller_svc.adapters.admin_client import AdminClient
 
     return AdminClient(zookeeper=cluster.zookeeper)
 

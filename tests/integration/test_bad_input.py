@@ -6,8 +6,8 @@ import urllib.request
 
 import pytest
 
-from controller_svc.errors import ErrorCode
-from controller_svc.zk import paths
+from controller_svc.adapters.zk import paths
+from controller_svc.common.errors import ErrorCode
 from tests.integration.harness import brokers_agree_with_controller, create_topic, eventually, partitions
 
 pytestmark = pytest.mark.integration

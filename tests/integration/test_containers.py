@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from controller_svc import zookeeper_launcher
+from controller_svc.devtools import zookeeper_launcher
 from tests.integration.harness import eventually, read_records
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -11,9 +11,9 @@ import signal
 import aiozk
 import pytest
 
-from controller_svc import devcluster
-from controller_svc.errors import ErrorCode
-from controller_svc.zk import paths
+from controller_svc.adapters.zk import paths
+from controller_svc.common.errors import ErrorCode
+from controller_svc.devtools import devcluster
 from tests.integration.harness import eventually
 
 pytestmark = pytest.mark.integration
@@ -274,7 +274,7 @@ async def test_health_and_reflection_on_both_servers(cluster_factory) -> None:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-    from controller_svc.cli import check_health
+    from controller_svc.cli.main import check_health
 
     cluster = await cluster_factory(controllers=2, brokers=1)
     await cluster.converged()

@@ -13,9 +13,9 @@ import pathlib
 import grpc
 import pytest
 
-from controller_svc.admin_client import AdminClient
-from controller_svc.devcluster import read_controller
-from controller_svc.zk import paths
+from controller_svc.adapters.admin_client import AdminClient
+from controller_svc.adapters.zk import paths
+from controller_svc.devtools.devcluster import read_controller
 from kcontroller.v1 import broker_pb2, broker_pb2_grpc
 from tests.integration.harness import brokers_agree_with_controller, create_topic, eventually, partitions
 
@@ -130,7 +130,8 @@ async def test_create_topics_failing_part_way_brings_the_topics_it_wrote_online(
     belongs to another ZooKeeper identity: NoAuth). Kafka finds new topics by diffing ZooKeeper
     against its context, so the first and third come online; before, the failure aborted the
     request after the first was written, and it was never brought online."""
-    from controller_svc.zk.client import ZkClient, ZkDigestAuth
+    from controller_svc.adapters.zk.client import ZkClient
+    from controller_svc.common.zk_settings import ZkDigestAuth
     from kcontroller.v1 import controller_pb2
 
     cluster = await cluster_factory(controllers=1, brokers=2, controller_overrides=NO_REBALANCE)

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from controller_svc.admin_client import AdminClient
-from controller_svc.errors import ErrorCode
-from controller_svc.zk import paths
+from controller_svc.adapters.admin_client import AdminClient
+from controller_svc.adapters.zk import paths
+from controller_svc.common.errors import ErrorCode
 from kcontroller.v1 import controller_pb2, controller_pb2_grpc
 from tests.integration.harness import (
     brokers_agree_with_controller,

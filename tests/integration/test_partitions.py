@@ -10,8 +10,8 @@ import signal
 import grpc
 import pytest
 
-from controller_svc.errors import ErrorCode
-from controller_svc.zk import paths
+from controller_svc.adapters.zk import paths
+from controller_svc.common.errors import ErrorCode
 from kcontroller.v1 import broker_pb2, broker_pb2_grpc
 from tests.integration.harness import (
     brokers_agree_with_controller,

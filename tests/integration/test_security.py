@@ -12,8 +12,8 @@ import aiozk
 import grpc
 import pytest
 
-from controller_svc import tls
-from controller_svc.zk.client import parse_connect_string
+from controller_svc.common import tls
+from controller_svc.common.zk_settings import parse_connect_string
 from tests.integration.harness import brokers_agree_with_controller, create_topic, eventually, partitions
 
 

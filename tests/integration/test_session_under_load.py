@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import pathlib
 
-from controller_svc.admin_client import AdminClient
-from controller_svc.devcluster import read_controller
+from controller_svc.adapters.admin_client import AdminClient
+from controller_svc.devtools.devcluster import read_controller
 from kcontroller.v1 import controller_pb2
 from tests.integration.harness import eventually, read_records
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import pytest
 
-from controller_svc.controller import Controller, ControllerSettings
-from controller_svc.state_change_log import StateChangeLog
-from controller_svc.zk import paths
-from controller_svc.zk.client import ZkClient
+from controller_svc.adapters.zk import paths
+from controller_svc.adapters.zk.client import ZkClient
+from controller_svc.common.state_change_log import StateChangeLog
+from controller_svc.controller.controller import Controller, ControllerSettings
 from tests.integration.harness import eventually
 
 pytestmark = pytest.mark.integration

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from controller_svc.errors import ControllerMovedError
-from controller_svc.zk import codecs, paths
-from controller_svc.zk.client import CreateOp, SetDataOp, ZkClient
-from controller_svc.zk.store import ControllerZkStore
+from controller_svc.adapters.zk import codecs, paths
+from controller_svc.adapters.zk.client import CreateOp, SetDataOp, ZkClient
+from controller_svc.adapters.zk.store import ControllerZkStore
+from controller_svc.common.errors import ControllerMovedError
 
 pytestmark = pytest.mark.integration
 

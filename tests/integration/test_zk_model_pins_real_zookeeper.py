@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from controller_svc.errors import ZkBadVersionError, ZkNodeExistsError, ZkNoNodeError, ZkNotEmptyError
-from controller_svc.zk.client import CheckOp, CreateOp, DeleteOp, MultiOpError, SetDataOp, WatchKind, ZkClient
+from controller_svc.adapters.zk.client import CheckOp, CreateOp, DeleteOp, MultiOpError, SetDataOp, WatchKind, ZkClient
+from controller_svc.common.errors import ZkBadVersionError, ZkNodeExistsError, ZkNoNodeError, ZkNotEmptyError
 from tests.integration.harness import eventually
 from tests.sim.zk_model import SimZkClient, ZooKeeperModel
 

@@ -4,8 +4,8 @@ import pathlib
 
 import pytest
 
-from controller_svc import zookeeper_launcher
-from controller_svc.zk.client import ZkClient
+from controller_svc.adapters.zk.client import ZkClient
+from controller_svc.devtools import zookeeper_launcher
 
 pytestmark = pytest.mark.integration
 

@@ -26,9 +26,9 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller_svc import events as ev
-from controller_svc.model import TopicPartition
-from controller_svc.zk import codecs, paths
+from controller_svc.adapters.zk import codecs, paths
+from controller_svc.common.model import TopicPartition
+from controller_svc.controller import events as ev
 from tests.sim.cluster import SimCluster
 from tests.sim.virtual_clock import StuckError, VirtualClock, new_virtual_loop
 

@@ -17,12 +17,12 @@ from typing import Any
 from broker_stub.registration import BrokerRegistration
 from broker_stub.server import BrokerControlService
 from broker_stub.state import BrokerState
-from controller_svc.channel_manager import ApiKind
-from controller_svc.controller import Controller, ControllerSettings
-from controller_svc.model import BrokerInfo, EndPoint, TopicPartition
-from controller_svc.state_change_log import StateChangeLog
-from controller_svc.tasks import cancel_and_wait, spawn
-from controller_svc.zk import codecs, paths
+from controller_svc.adapters.channel_manager import ApiKind
+from controller_svc.adapters.zk import codecs, paths
+from controller_svc.common.model import BrokerInfo, EndPoint, TopicPartition
+from controller_svc.common.state_change_log import StateChangeLog
+from controller_svc.common.tasks import cancel_and_wait, spawn
+from controller_svc.controller.controller import Controller, ControllerSettings
 from tests.sim.zk_model import SimZkClient, ZooKeeperModel
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-from controller_svc import events as ev
-from controller_svc.model import TopicPartition
-from controller_svc.zk import paths
+from controller_svc.adapters.zk import paths
+from controller_svc.common.model import TopicPartition
+from controller_svc.controller import events as ev
 from tests.sim.cluster import SimCluster
 
 T0 = TopicPartition("t", 0)

@@ -11,7 +11,7 @@ close; one-shot data, exist and child watches per session, delivered in zxid ord
 whose failure names the first failing op; faults: a request not applied and unanswered, a
 request applied but its reply lost (both surface as ZkUnavailableError, as a hung server's do).
 
-`SimZkClient` offers the same methods as `controller_svc.zk.client.ZkClient`, so the real
+`SimZkClient` offers the same methods as `controller_svc.adapters.zk.client.ZkClient`, so the real
 controller and broker code runs on it unchanged.
 """
 
@@ -23,15 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller_svc.errors import (
-    ControllerError,
-    ZkBadVersionError,
-    ZkNodeExistsError,
-    ZkNoNodeError,
-    ZkNotEmptyError,
-    ZkUnavailableError,
-)
-from controller_svc.zk.client import (
+from controller_svc.adapters.zk.client import (
     CheckOp,
     CreateOp,
     DeleteOp,
@@ -42,6 +34,14 @@ from controller_svc.zk.client import (
     WatchKind,
     ZkOp,
     ZnodeStat,
+)
+from controller_svc.common.errors import (
+    ControllerError,
+    ZkBadVersionError,
+    ZkNodeExistsError,
+    ZkNoNodeError,
+    ZkNotEmptyError,
+    ZkUnavailableError,
 )
 
 

@@ -6,17 +6,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller_svc.context import ControllerContext
-from controller_svc.errors import ControllerError, ZkUnavailableError
-from controller_svc.model import (
+from controller_svc.common.errors import ControllerError, ZkUnavailableError
+from controller_svc.common.model import (
     BrokerInfo,
     EndPoint,
     LeaderIsrAndControllerEpoch,
     ReplicaAssignment,
     TopicPartition,
 )
-from controller_svc.request_batch import PreSerialized
-from controller_svc.state_change_log import StateChangeLog
+from controller_svc.common.state_change_log import StateChangeLog
+from controller_svc.core.context import ControllerContext
+from controller_svc.core.request_batch import PreSerialized
 from kcontroller.v1 import broker_pb2
 
 

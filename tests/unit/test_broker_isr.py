@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from broker_stub.isr import caught_up_followers, proposed_isr
 from broker_stub.state import BrokerState, PartitionRole
-from controller_svc.model import TopicPartition
+from controller_svc.common.model import TopicPartition
 from kcontroller.v1 import common_pb2
 
 T0 = TopicPartition("t", 0)

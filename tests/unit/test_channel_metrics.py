@@ -8,9 +8,9 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
-from controller_svc.channel_manager import ApiKind, ChannelManager
-from controller_svc.model import BrokerInfo, EndPoint
-from controller_svc.state_change_log import StateChangeLog
+from controller_svc.adapters.channel_manager import ApiKind, ChannelManager
+from controller_svc.common.model import BrokerInfo, EndPoint
+from controller_svc.common.state_change_log import StateChangeLog
 from kcontroller.v1 import broker_pb2
 
 

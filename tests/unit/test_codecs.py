@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from controller_svc.errors import CorruptZnodeError
-from controller_svc.model import BrokerInfo, EndPoint, LeaderIsrAndControllerEpoch
-from controller_svc.zk import codecs
+from controller_svc.adapters.zk import codecs
+from controller_svc.common.errors import CorruptZnodeError
+from controller_svc.common.model import BrokerInfo, EndPoint, LeaderIsrAndControllerEpoch
 
 
 def test_controller_znode_is_kafkas_json() -> None:

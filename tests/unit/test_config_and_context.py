@@ -4,10 +4,10 @@ import pathlib
 
 import pytest
 
-from controller_svc import config as cfg
-from controller_svc.context import diff_brokers
-from controller_svc.model import BrokerInfo, EndPoint
-from controller_svc.zk.client import parse_connect_string
+from controller_svc.common import config as cfg
+from controller_svc.common.model import BrokerInfo, EndPoint
+from controller_svc.common.zk_settings import parse_connect_string
+from controller_svc.core.context import diff_brokers
 
 
 def test_defaults_file_environment_and_overrides(tmp_path: pathlib.Path) -> None:

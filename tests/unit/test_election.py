@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller_svc import election as el
-from controller_svc.model import LeaderIsrAndControllerEpoch, ReplicaAssignment
+from controller_svc.common.model import LeaderIsrAndControllerEpoch, ReplicaAssignment
+from controller_svc.core import election as el
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from controller_svc.errors import ZkUnavailableError
-from controller_svc.zk import codecs, paths
-from controller_svc.zk.client import CreateOp, OpResult, SetDataOp, ZnodeStat
-from controller_svc.zk.store import ControllerZkStore
+from controller_svc.adapters.zk import codecs, paths
+from controller_svc.adapters.zk.client import CreateOp, OpResult, SetDataOp, ZnodeStat
+from controller_svc.adapters.zk.store import ControllerZkStore
+from controller_svc.common.errors import ZkUnavailableError
 
 
 class ZkLosingReplies:

@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
-from controller_svc import events as ev
-from controller_svc.errors import ControllerError, NotControllerError
+from controller_svc.common.errors import ControllerError, NotControllerError
+from controller_svc.controller import events as ev
 
 
 class Recorder:

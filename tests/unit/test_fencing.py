@@ -4,8 +4,8 @@ import pytest
 
 from broker_stub import fencing, replica_manager
 from broker_stub.state import BrokerState
-from controller_svc.errors import ErrorCode
-from controller_svc.model import TopicPartition
+from controller_svc.common.errors import ErrorCode
+from controller_svc.common.model import TopicPartition
 from kcontroller.v1 import broker_pb2, common_pb2
 
 E = ErrorCode

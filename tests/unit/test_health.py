@@ -8,7 +8,7 @@ import asyncio
 import grpc
 from grpc_health.v1 import health_pb2
 
-from controller_svc.grpc_common import Health
+from controller_svc.common.grpc_common import Health
 
 
 async def status(health: Health, service: str = "") -> int:

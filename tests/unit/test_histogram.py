@@ -8,7 +8,7 @@ import itertools
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from controller_svc.histogram import DecayingReservoir, KafkaHistogram, snapshot_quantile
+from controller_svc.common.histogram import DecayingReservoir, KafkaHistogram, snapshot_quantile
 
 
 class FakeClock:

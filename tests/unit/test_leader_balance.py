@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from controller_svc.leader_balance import LeaderBalancer
-from controller_svc.model import LeaderIsrAndControllerEpoch, ReplicaAssignment, TopicPartition
+from controller_svc.common.model import LeaderIsrAndControllerEpoch, ReplicaAssignment, TopicPartition
+from controller_svc.controller.leader_balance import LeaderBalancer
 from tests.unit.fakes import context, null_log
 
 

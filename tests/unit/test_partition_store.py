@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller_svc.errors import ZkUnavailableError
-from controller_svc.model import LeaderIsrAndControllerEpoch, TopicPartition
-from controller_svc.zk.client import OpResult, ZnodeStat
-from controller_svc.zk.partition_store import ZkPartitionStateStore
+from controller_svc.adapters.zk.client import OpResult, ZnodeStat
+from controller_svc.adapters.zk.partition_store import ZkPartitionStateStore
+from controller_svc.common.errors import ZkUnavailableError
+from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition
 
 
 class StoreFailingOnMulti:
@@ -55,9 +55,9 @@ class ZkWithoutAnswers:
 
 
 async def test_a_fenced_write_without_an_answer_is_retried_on_the_same_session_only() -> None:
-    from controller_svc.errors import ControllerMovedError
-    from controller_svc.zk.client import SetDataOp
-    from controller_svc.zk.store import ControllerZkStore, EpochFence
+    from controller_svc.adapters.zk.client import SetDataOp
+    from controller_svc.adapters.zk.store import ControllerZkStore, EpochFence
+    from controller_svc.common.errors import ControllerMovedError
 
     zk = ZkWithoutAnswers(failures=2)
     store = ControllerZkStore(zk)  # type: ignore[arg-type]

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from controller_svc.errors import IllegalStateError
-from controller_svc.model import LeaderIsrAndControllerEpoch, ReplicaAssignment, TopicPartition
-from controller_svc.request_batch import RequestBatch
+from controller_svc.common.errors import IllegalStateError
+from controller_svc.common.model import LeaderIsrAndControllerEpoch, ReplicaAssignment, TopicPartition
+from controller_svc.core.request_batch import RequestBatch
 from tests.unit.fakes import RecordingSink, broker, context
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)

@@ -6,16 +6,17 @@ import pathlib
 
 import pytest
 
-from controller_svc import config as cfg
-from controller_svc import tls
-from controller_svc.zk.client import ZkDigestAuth, digest_auth_from_config
+from controller_svc.adapters.zk.client import digest_acl
+from controller_svc.common import config as cfg
+from controller_svc.common import tls
+from controller_svc.common.zk_settings import ZkDigestAuth, digest_auth_from_config
 
 
 def test_digest_id_is_zookeepers_sha1_base64() -> None:
     # echo -n kc:secret | openssl dgst -binary -sha1 | base64
     assert ZkDigestAuth("kc", "secret").digest_id == "kc:iu84DaF/EHddM26eOiMjIPVDCwY="
     assert "secret" not in repr(ZkDigestAuth("kc", "secret"))
-    schemes = sorted((entry.id.scheme, entry.perms) for entry in ZkDigestAuth("kc", "secret").acl())
+    schemes = sorted((entry.id.scheme, entry.perms) for entry in digest_acl(ZkDigestAuth("kc", "secret")))
     assert schemes == [("digest", 31), ("world", 1)]  # all for us, read for anyone
 
 

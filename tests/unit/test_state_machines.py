@@ -4,14 +4,14 @@ import itertools
 
 import pytest
 
-from controller_svc.election import ElectionStrategy
-from controller_svc.errors import ControllerMovedError, ZkUnavailableError
-from controller_svc.model import NO_LEADER, LeaderIsrAndControllerEpoch, PartitionAndReplica, TopicPartition
-from controller_svc.partition_state_machine import VALID_PREVIOUS_STATES as PARTITION_TABLE
-from controller_svc.partition_state_machine import PartitionState, PartitionStateMachine
-from controller_svc.replica_state_machine import VALID_PREVIOUS_STATES as REPLICA_TABLE
-from controller_svc.replica_state_machine import ReplicaState, ReplicaStateMachine
-from controller_svc.request_batch import RequestBatch
+from controller_svc.common.errors import ControllerMovedError, ZkUnavailableError
+from controller_svc.common.model import NO_LEADER, LeaderIsrAndControllerEpoch, PartitionAndReplica, TopicPartition
+from controller_svc.controller.partition_state_machine import VALID_PREVIOUS_STATES as PARTITION_TABLE
+from controller_svc.controller.partition_state_machine import PartitionState, PartitionStateMachine
+from controller_svc.controller.replica_state_machine import VALID_PREVIOUS_STATES as REPLICA_TABLE
+from controller_svc.controller.replica_state_machine import ReplicaState, ReplicaStateMachine
+from controller_svc.core.election import ElectionStrategy
+from controller_svc.core.request_batch import RequestBatch
 from tests.unit.fakes import FakePartitionStore, RecordingSink, context, null_log
 
 T0 = TopicPartition("t", 0)

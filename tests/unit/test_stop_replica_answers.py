@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller_svc import events as ev
-from controller_svc.controller import Controller, ControllerSettings
-from controller_svc.model import TopicPartition
-from controller_svc.state_change_log import StateChangeLog
+from controller_svc.common.model import TopicPartition
+from controller_svc.common.state_change_log import StateChangeLog
+from controller_svc.controller import events as ev
+from controller_svc.controller.controller import Controller, ControllerSettings
 from kcontroller.v1 import broker_pb2, common_pb2
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)

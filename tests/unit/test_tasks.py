@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from controller_svc.tasks import cancel_and_wait
+from controller_svc.common.tasks import cancel_and_wait
 
 
 async def test_cancelling_the_caller_while_it_waits_cancels_the_caller() -> None:

@@ -1,0 +1,690 @@
+"""The aiozk adapter: one ZooKeeper session, watches that only call back, multi-ops with
+per-op results, pipelined reads, and session-loss / new-session notifications.
+
+The session runs on its own thread and event loop (`io_thread.py`, Kafka's ZooKeeperClient
+threads): every request is carried out there and its result handed back to the caller's loop;
+watch and session callbacks are delivered to the loop that started the client, in the order
+ZooKeeper sent them. A caller that holds its own loop for seconds delays only its own work,
+never the session's heartbeats.
+
+aiozk exceptions never leave this module: they become `controller_svc.common.errors` types
+(kazoo's and httpcore's translation at the boundary). Nothing here knows about
+controllers or brokers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import functools
+import logging
+import struct
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
+
+import aiozk
+from aiozk import exc as zk_exc
+from aiozk import protocol
+from aiozk.protocol.response import Response
+from aiozk.states import States
+
+from controller_svc.adapters.zk.io_thread import ZkIoThread, deliver_to
+from controller_svc.common.errors import (
+    ControllerError,
+    ZkBadVersionError,
+    ZkNodeExistsError,
+    ZkNoNodeError,
+    ZkNotAuthorizedError,
+    ZkNotEmptyError,
+    ZkUnavailableError,
+)
+from controller_svc.common.tasks import spawn
+from controller_svc.common.zk_settings import ZkDigestAuth, parse_connect_string
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+class ZnodeStat(NamedTuple):
+    """The parts of a ZooKeeper Stat the project uses (a NamedTuple: cheap to build in bulk)."""
+
+    version: int
+    czxid: int
+    mzxid: int
+    ephemeral_owner: int
+    num_children: int
+
+    @staticmethod
+    def of(stat: Any) -> ZnodeStat:
+        return ZnodeStat(
+            stat.version, stat.created_zxid, stat.last_modified_zxid, stat.ephemeral_owner, stat.num_children
+        )
+
+
+# --- multi-op operations ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOp:
+    path: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateOp:
+    path: str
+    data: bytes = b""
+    ephemeral: bool = False
+    sequential: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SetDataOp:
+    path: str
+    data: bytes
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteOp:
+    path: str
+    version: int = -1
+
+
+ZkOp = CheckOp | CreateOp | SetDataOp | DeleteOp
+
+
+@dataclass(frozen=True, slots=True)
+class OpResult:
+    """Result of one op of a successful multi: the created path and/or the new stat."""
+
+    op: ZkOp
+    path: str
+    stat: ZnodeStat | None
+
+
+_new_stat = ZnodeStat._make
+
+
+class _MultiReadUnsupported(Exception):
+    pass
+
+
+class MultiOpError(ControllerError):
+    """A multi failed; `index` is the op that failed and `cause` its translated error."""
+
+    def __init__(self, index: int, op: ZkOp, cause: ControllerError):
+        super().__init__(f"multi failed at op {index} ({type(op).__name__} {op.path}): {cause}")
+        self.index = index
+        self.op = op
+        self.cause = cause
+
+
+def translate(error: BaseException, path: str = "") -> ControllerError:
+    if isinstance(error, ControllerError):
+        return error
+    if isinstance(error, zk_exc.NodeExists):
+        return ZkNodeExistsError(path)
+    if isinstance(error, zk_exc.NoNode):
+        return ZkNoNodeError(path)
+    if isinstance(error, zk_exc.BadVersion):
+        return ZkBadVersionError(path)
+    if isinstance(error, zk_exc.NotEmpty):
+        return ZkNotEmptyError(path)
+    if isinstance(error, zk_exc.NoAuth | zk_exc.AuthFailed | zk_exc.InvalidACL):
+        return ZkNotAuthorizedError(
+            f"ZooKeeper refused {type(error).__name__} on {path or '?'}: check zookeeper.auth.* and the znode's ACL"
+        )
+    if isinstance(error, zk_exc.ZKError | OSError | asyncio.TimeoutError):
+        return ZkUnavailableError(f"ZooKeeper request on {path or '?'} failed: {type(error).__name__} {error}")
+    return ControllerError(f"unexpected ZooKeeper error on {path or '?'}: {type(error).__name__} {error}")
+
+
+class WatchKind(enum.IntEnum):
+    CREATED = protocol.WatchEvent.CREATED
+    DELETED = protocol.WatchEvent.DELETED
+    DATA_CHANGED = protocol.WatchEvent.DATA_CHANGED
+    CHILDREN_CHANGED = protocol.WatchEvent.CHILDREN_CHANGED
+
+
+# --- multiRead (ZooKeeper 3.6+, OpCode.multiRead = 22) -----------------------------------------
+# Many getData ops in one request: one round trip, one future, and a parse done with `struct`
+# instead of aiozk's generic Part parser. Loading 100k partition states is dominated by
+# per-request client overhead, so this is what makes failover fast.
+
+_MULTI_HEADER = struct.Struct("!i?i")
+_INT = struct.Struct("!i")
+_HEADER_XID_OP = struct.Struct("!ii")
+# czxid, mzxid, ctime, mtime, version, cversion, aversion, ephemeralOwner, dataLength, numChildren, pzxid
+_STAT = struct.Struct("!qqqqiiiqiiq")
+_GET_DATA_OPCODE = 4
+_ERROR_TYPE = -1
+_NO_NODE = -101
+_UNIMPLEMENTED = -6
+MULTI_READ_BATCH = 1000
+
+
+class _MultiReadRequest(protocol.TransactionRequest):  # type: ignore[misc]
+    """getData ops only, serialized with `struct` (aiozk's generic renderer is the bottleneck)."""
+
+    opcode = 22
+    writes_data = False
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        super().__init__()
+        self.paths = paths
+
+    def serialize(self, xid: int | None = None) -> bytes:
+        parts = [_HEADER_XID_OP.pack(xid or 0, self.opcode)]
+        op_header = _MULTI_HEADER.pack(_GET_DATA_OPCODE, False, -1)
+        for path in self.paths:
+            encoded = path.encode("utf-8")
+            parts.append(op_header)
+            parts.append(_INT.pack(len(encoded)))
+            parts.append(encoded)
+            parts.append(b"\x00")  # watch = false
+        parts.append(_MULTI_HEADER.pack(-1, True, -1))
+        return b"".join(parts)
+
+    def __str__(self) -> str:
+        return f"MultiRead[{len(self.paths)} znodes]"
+
+
+class _MultiReadResponse(Response):  # type: ignore[misc]
+    """Registered in aiozk's response table for opcode 22 by its metaclass."""
+
+    opcode = 22
+
+    def __init__(self, results: list[tuple[bytes, ZnodeStat] | int]) -> None:
+        self.results = results
+
+    @classmethod
+    def deserialize(cls, raw: bytes) -> _MultiReadResponse:
+        results: list[tuple[bytes, ZnodeStat] | int] = []
+        offset = 0
+        while True:
+            op_type, done, _err = _MULTI_HEADER.unpack_from(raw, offset)
+            offset += _MULTI_HEADER.size
+            if done:
+                break
+            if op_type == _ERROR_TYPE:
+                results.append(_INT.unpack_from(raw, offset)[0])
+                offset += _INT.size
+            elif op_type == _GET_DATA_OPCODE:
+                length = _INT.unpack_from(raw, offset)[0]
+                offset += _INT.size
+                data = bytes(raw[offset : offset + length]) if length > 0 else b""
+                offset += max(length, 0)
+                czxid, mzxid, _c, _m, version, _cv, _av, owner, _len, children, _p = _STAT.unpack_from(raw, offset)
+                offset += _STAT.size
+                results.append((data, _new_stat((version, czxid, mzxid, owner, children))))
+            else:
+                raise ValueError(f"unexpected op type {op_type} in a multiRead response")
+        return cls(results)
+
+
+SessionCallback = Callable[[], None]
+# Called with the kind of event and the path (relative to the chroot). It must only enqueue.
+WatchCallback = Callable[[WatchKind, str], None]
+
+
+def digest_acl(auth: ZkDigestAuth) -> list[Any]:
+    """The ACL our znodes get with `zookeeper.set.acl` (Kafka's secure ACLs): anyone may read,
+    only this identity may change them."""
+    owner = protocol.acl.ACL.make(
+        scheme="digest", id=auth.digest_id, read=True, write=True, create=True, delete=True, admin=True
+    )
+    return [owner, protocol.WORLD_READABLE]
+
+
+def _on_io_thread(
+    method: Callable[Concatenate[ZkClient, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[ZkClient, P], Coroutine[Any, Any, T]]:
+    """Run the method's body on the session's thread; the caller awaits it on its own loop.
+    A call made on the session's thread already (one method using another) runs in place."""
+
+    async def on_io_thread(self: ZkClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        io = self._io
+        if io is None:
+            raise ZkUnavailableError("the ZooKeeper client is not started (or was closed)")
+        return await io.run(method(self, *args, **kwargs))
+
+    on_io_thread.__name__ = method.__name__
+    on_io_thread.__qualname__ = method.__qualname__
+    on_io_thread.__doc__ = method.__doc__
+    return on_io_thread
+
+
+class ZkClient:
+    """One ZooKeeper session, re-created by aiozk after expiry.
+
+    `on_session_lost` runs (synchronously, it must only enqueue) when the session is
+    gone; `on_new_session` when a session is connected again after that. Kafka's
+    ZooKeeperClient calls these beforeInitializingSession / afterInitializingSession.
+    """
+
+    def __init__(
+        self,
+        connect: str,
+        session_timeout_ms: int,
+        max_in_flight: int = 100,
+        on_session_lost: SessionCallback | None = None,
+        on_new_session: SessionCallback | None = None,
+        auth: ZkDigestAuth | None = None,
+        set_acl: bool = False,
+    ) -> None:
+        if set_acl and auth is None:
+            raise ValueError("zookeeper.set.acl needs digest credentials (zookeeper.auth.user and a password)")
+        self._auth = auth
+        self._set_acl = set_acl
+        self.connect_string = connect
+        servers, chroot = parse_connect_string(connect)
+        self._servers = servers
+        self._chroot = chroot
+        self._session_timeout_ms = session_timeout_ms
+        self._client: Any = None
+        self._max_in_flight = max(1, max_in_flight)
+        self._on_session_lost = on_session_lost
+        self._on_new_session = on_new_session
+        self._monitor_task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._watches: dict[tuple[WatchKind, str], list[Callable[[str], None]]] = {}
+        self._multi_read: bool | None = None  # unknown until the first multiRead
+        self._io: ZkIoThread | None = None
+        # The loop that started the client: watch and session callbacks are delivered there.
+        self._owner_loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        return f"ZkClient({self.connect_string!r}, session=0x{self.session_id:x})"
+
+    @property
+    def session_id(self) -> int:
+        if self._client is None:
+            return 0
+        return int(self._client.session.session_id or 0)
+
+    @property
+    def session_timeout_s(self) -> float:
+        return self._session_timeout_ms / 1000.0
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None and self._client.session.state == States.CONNECTED
+
+    async def start(self, timeout_s: float | None = None) -> None:
+        self._owner_loop = asyncio.get_running_loop()
+        io = self._io = ZkIoThread(f"zookeeper-io-{id(self):x}")
+        try:
+            await io.run(self._start_session(timeout_s))
+        except BaseException:
+            self._io = None
+            await asyncio.to_thread(io.stop)
+            raise
+
+    async def _start_session(self, timeout_s: float | None) -> None:
+        self._client = aiozk.ZKClient(
+            self._servers,
+            chroot=self._chroot,
+            session_timeout=self._session_timeout_ms / 1000.0,
+            default_acl=digest_acl(self._auth) if self._set_acl and self._auth is not None else None,
+        )
+        if self._auth is not None:
+            self._authenticate_every_connection(self._client.session, self._auth)
+        try:
+            await asyncio.wait_for(self._client.start(), timeout_s)
+        except Exception as e:
+            await self._abandon()
+            raise translate(e, "/") from e
+        self._monitor_task = spawn(self._monitor_session(), "zk-session-monitor")
+        if self._set_acl and self._chroot:
+            await self._secure_chroot()
+        log.info("ZooKeeper session 0x%x established with %s", self.session_id, self.connect_string)
+
+    async def _secure_chroot(self) -> None:
+        """The chroot node is the parent of /controller, /brokers and the rest: whoever may create
+        and delete its children there could delete /controller. If it is open to the world (for
+        instance created by a tool before us), give it our secure ACL, as Kafka's
+        zookeeper-security-migration does. Without a chroot, ZooKeeper's shared root is left alone."""
+        assert self._auth is not None
+        try:
+            await self._client.ensure_path("/")
+            current = await self._client.get_acl("/")
+            open_to_all = any(
+                entry.id.scheme == "world" and (entry.perms & ~protocol.acl.ACL.READ_PERM) for entry in current
+            )
+            if open_to_all:
+                await self._client.set_acl("/", digest_acl(self._auth), force=True)
+                log.warning("ZooKeeper chroot %s was writable by anyone; set to the secure ACL", self._chroot)
+        except Exception as e:
+            raise translate(e, self._chroot or "/") from e
+
+    @staticmethod
+    def _authenticate_every_connection(session: Any, auth: ZkDigestAuth) -> None:
+        """ZooKeeper keeps auth per connection: send it right after each (re)connection's
+        handshake, before the session is usable, as the Java client's primeConnection does.
+        Requests on one connection are processed in order, so nothing runs unauthenticated."""
+        establish = session.establish_session
+
+        async def establish_and_authenticate() -> None:
+            await establish()
+            sent = session.conn.send(
+                protocol.AuthRequest(type=0, scheme="digest", auth=f"{auth.user}:{auth.password}".encode())
+            )
+
+            def check(future: asyncio.Future[Any]) -> None:
+                if not future.cancelled() and future.exception() is not None:
+                    log.error("ZooKeeper digest authentication as %r failed: %s", auth.user, future.exception())
+
+            sent.add_done_callback(check)
+
+        session.establish_session = establish_and_authenticate
+
+    async def _abandon(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                await asyncio.wait_for(client.close(), 2)
+            except Exception:
+                log.debug("closing a half-started ZooKeeper client failed", exc_info=True)
+
+    async def close(self) -> None:
+        io, self._io = self._io, None
+        self._closing = True
+        if io is None:
+            return
+        try:
+            await io.run(self._close_session())
+        finally:
+            await asyncio.to_thread(io.stop)
+
+    async def _close_session(self) -> None:
+        if self._monitor_task is not None:
+            self._monitor_task.cancel()
+            try:
+                await self._monitor_task
+            except asyncio.CancelledError:
+                pass
+        if self._client is not None:
+            try:
+                await asyncio.wait_for(self._client.close(), 5)
+            except Exception as e:
+                log.warning("closing the ZooKeeper session failed: %s", e)
+            self._client = None
+
+    async def _monitor_session(self) -> None:
+        session = self._client.session
+        known_session = self.session_id
+        while not self._closing:
+            await session.state.wait_for(States.LOST)
+            if self._closing:
+                return
+            log.warning("ZooKeeper session 0x%x lost (expired or closed by the server)", known_session)
+            if self._on_session_lost is not None:
+                self._deliver(self._on_session_lost)
+            await session.state.wait_for(States.CONNECTED)
+            if self._closing:
+                return
+            known_session = self.session_id
+            log.warning("new ZooKeeper session 0x%x", known_session)
+            if self._on_new_session is not None:
+                self._deliver(self._on_new_session)
+
+    def _deliver(self, callback: Callable[..., None], *args: Any) -> None:
+        """From the session's thread to the owner's loop (watch and session callbacks only
+        enqueue there: Kafka's ZNodeChangeHandler -> eventManager.put)."""
+        assert self._owner_loop is not None
+        deliver_to(self._owner_loop, callback, *args)
+
+    @_on_io_thread
+    async def wait_connected(self) -> None:
+        await self._client.session.state.wait_for(States.CONNECTED)
+
+    # --- watches ------------------------------------------------------------------------------
+
+    def watch_data(self, path: str, callback: WatchCallback) -> None:
+        """Call back on created / deleted / data-changed events of `path`.
+
+        The callback stays registered; the server-side watch is one-shot and is re-armed
+        by the next `get`/`exists` with watch=True (as Kafka's ZNodeChangeHandler is).
+        """
+        for kind in (WatchKind.CREATED, WatchKind.DELETED, WatchKind.DATA_CHANGED):
+            self._add_watch(kind, path, callback)
+
+    def watch_children(self, path: str, callback: WatchCallback) -> None:
+        """Call back when the children of `path` change, or when `path` itself is created
+        (a children read of a missing node arms an exists watch instead)."""
+        self._add_watch(WatchKind.CHILDREN_CHANGED, path, callback)
+        self._add_watch(WatchKind.CREATED, path, callback)
+
+    def watch_counts(self) -> dict[str, int]:
+        """Callbacks registered per path (relative to the chroot), all kinds together: what a
+        term of office holds, for tests and debugging."""
+        chroot = self._chroot or ""
+        counts: dict[str, int] = {}
+        for (_kind, full), callbacks in self._watches.items():
+            if callbacks:
+                path = full[len(chroot) :] or "/"
+                counts[path] = counts.get(path, 0) + len(callbacks)
+        return counts
+
+    def unwatch(self, path: str) -> None:
+        """Drop every callback registered on `path`."""
+        full = self._client.normalize_path(path)
+        assert self._io is not None
+        for kind in WatchKind:
+            for wrapper in self._watches.pop((kind, full), []):
+                self._io.call(self._client.session.remove_watch_callback, int(kind), full, wrapper)
+
+    def _add_watch(self, kind: WatchKind, path: str, callback: WatchCallback) -> None:
+        full = self._client.normalize_path(path)
+
+        def run_callback() -> None:
+            try:
+                callback(kind, path)
+            except Exception:
+                log.exception("watch callback for %s %s failed", kind.name, path)
+
+        def fire(_full_path: str) -> None:  # on the session's thread
+            self._deliver(run_callback)
+
+        self._watches.setdefault((kind, full), []).append(fire)
+        # aiozk's watch table is the session thread's: change it there, in order with the reads
+        # that arm the watch.
+        assert self._io is not None
+        self._io.call(self._client.session.add_watch_callback, int(kind), full, fire)
+
+    # --- reads ------------------------------------------------------------------------------
+
+    async def _read(self, path: str, call: Callable[[], Any]) -> Any:
+        """Run an idempotent read, retrying through a connection loss (e.g. the ZooKeeper
+        server we were connected to died) for up to one session timeout, as Kafka's
+        ZooKeeperClient does; only then report the session as unavailable."""
+        deadline = asyncio.get_running_loop().time() + self._session_timeout_ms / 1000.0
+        while True:
+            try:
+                return await call()
+            except (zk_exc.TimeoutError, zk_exc.ConnectError, zk_exc.ConnectionLoss, OSError) as e:
+                if asyncio.get_running_loop().time() >= deadline or self._closing:
+                    raise translate(e, path) from e
+                await asyncio.sleep(0.1)
+            except Exception as e:
+                raise translate(e, path) from e
+
+    @_on_io_thread
+    async def get(self, path: str, watch: bool = False) -> tuple[bytes, ZnodeStat]:
+        data, stat = await self._read(path, lambda: self._client.get(path, watch=watch))
+        return (data or b""), ZnodeStat.of(stat)
+
+    @_on_io_thread
+    async def get_or_none(self, path: str, watch: bool = False) -> tuple[bytes, ZnodeStat] | None:
+        try:
+            return await self.get(path, watch=watch)
+        except ZkNoNodeError:
+            if watch:
+                # A get on a missing node sets no watch; an exists does (ZooKeeper semantics).
+                if await self.exists(path, watch=True) is not None:
+                    return await self.get(path, watch=watch)
+            return None
+
+    @_on_io_thread
+    async def exists(self, path: str, watch: bool = False) -> ZnodeStat | None:
+        full = self._client.normalize_path(path)
+        try:
+            response = await self._read(path, lambda: self._client.send(protocol.ExistsRequest(path=full, watch=watch)))
+        except ZkNoNodeError:
+            return None
+        return ZnodeStat.of(response.stat)
+
+    @_on_io_thread
+    async def get_children(self, path: str, watch: bool = False) -> list[str]:
+        children = await self._read(path, lambda: self._client.get_children(path, watch=watch))
+        return sorted(children)
+
+    @_on_io_thread
+    async def get_children_or_empty(self, path: str, watch: bool = False) -> list[str]:
+        try:
+            return await self.get_children(path, watch=watch)
+        except ZkNoNodeError:
+            if watch:
+                await self.exists(path, watch=True)
+            return []
+
+    @_on_io_thread
+    async def pipelined(self, calls: Iterable[Callable[[], Any]]) -> list[Any]:
+        """Run many read coroutines with at most `max_in_flight` outstanding on the session
+        (zookeeper.max.in.flight.requests); results in call order."""
+        semaphore = asyncio.Semaphore(self._max_in_flight)
+
+        async def bounded(call: Callable[[], Any]) -> Any:
+            async with semaphore:
+                return await call()
+
+        return list(await asyncio.gather(*(bounded(c) for c in calls)))
+
+    @_on_io_thread
+    async def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, ZnodeStat] | None]:
+        """Many reads, in call order; a missing znode gives None. Batched with multiRead where
+        the server has it (3.6+), else pipelined single reads."""
+        if not paths:
+            return []
+        if self._multi_read is not False:
+            try:
+                return await self._get_many_multi_read(paths)
+            except _MultiReadUnsupported:
+                log.warning("ZooKeeper has no multiRead (needs 3.6+); reading znodes one by one")
+                self._multi_read = False
+        return await self.pipelined([functools.partial(self.get_or_none, p) for p in paths])
+
+    async def _get_many_multi_read(self, paths: Sequence[str]) -> list[tuple[bytes, ZnodeStat] | None]:
+        batches = [paths[i : i + MULTI_READ_BATCH] for i in range(0, len(paths), MULTI_READ_BATCH)]
+        results = await self.pipelined([functools.partial(self._multi_read_batch, b) for b in batches])
+        flat: list[tuple[bytes, ZnodeStat] | None] = []
+        for batch in results:
+            flat.extend(batch)
+        return flat
+
+    async def _multi_read_batch(self, paths: Sequence[str]) -> list[tuple[bytes, ZnodeStat] | None]:
+        chroot = self._chroot or ""
+
+        def request() -> Any:
+            # Our paths are already normalized: prefixing the chroot is all aiozk's normalize_path does.
+            return self._client.session.send(_MultiReadRequest([chroot + p for p in paths]))
+
+        try:
+            response = await self._read(paths[0], request)
+        except ControllerError as e:
+            if isinstance(e.__cause__, zk_exc.Unimplemented | zk_exc.UnknownError):
+                raise _MultiReadUnsupported() from e
+            raise
+        self._multi_read = True
+        out: list[tuple[bytes, ZnodeStat] | None] = []
+        for path, item in zip(paths, response.results, strict=True):
+            if isinstance(item, int):
+                if item == _NO_NODE:
+                    out.append(None)
+                    continue
+                raise translate(zk_exc.get_response_error(item), path)
+            out.append(item)
+        return out
+
+    # --- writes -----------------------------------------------------------------------------
+
+    @_on_io_thread
+    async def create(self, path: str, data: bytes = b"", ephemeral: bool = False, sequential: bool = False) -> OpResult:
+        result = (await self.multi([CreateOp(path, data, ephemeral, sequential)]))[0]
+        if result.stat is None:
+            # ZooKeeper answers a create inside a multi without the stat; the czxid is needed
+            # (broker epoch), so read it.
+            # None when someone deleted it in between: the create itself succeeded.
+            result = OpResult(result.op, result.path, await self.exists(result.path))
+        return result
+
+    @_on_io_thread
+    async def set_data(self, path: str, data: bytes, version: int = -1) -> ZnodeStat:
+        try:
+            return ZnodeStat.of(await self._client.set(path, data, version))
+        except Exception as e:
+            raise translate(e, path) from e
+
+    @_on_io_thread
+    async def delete(self, path: str, version: int = -1) -> None:
+        full = self._client.normalize_path(path)
+        try:
+            await self._client.send(protocol.DeleteRequest(path=full, version=version))
+        except Exception as e:
+            raise translate(e, path) from e
+
+    @_on_io_thread
+    async def ensure_path(self, path: str) -> None:
+        """Create `path` and its parents as persistent empty znodes where missing."""
+        parts = [p for p in path.split("/") if p]
+        current = ""
+        for part in parts:
+            current = f"{current}/{part}"
+            if await self.exists(current) is not None:
+                continue
+            try:
+                await self.create(current)
+            except MultiOpError as e:
+                if not isinstance(e.cause, ZkNodeExistsError):
+                    raise e.cause from e
+
+    @_on_io_thread
+    async def multi(self, ops: Sequence[ZkOp]) -> list[OpResult]:
+        """Run `ops` atomically. Raises `MultiOpError` naming the op that failed."""
+        if not ops:
+            return []
+        request = protocol.TransactionRequest()
+        normalize = self._client.normalize_path
+        for op in ops:
+            full = normalize(op.path)
+            if isinstance(op, CheckOp):
+                request.add(protocol.CheckVersionRequest(path=full, version=op.version))
+            elif isinstance(op, CreateOp):
+                create = protocol.Create2Request(path=full, data=op.data, acl=self._client.default_acl)
+                create.set_flags(op.ephemeral, op.sequential, False)
+                request.add(create)
+            elif isinstance(op, SetDataOp):
+                request.add(protocol.SetDataRequest(path=full, data=op.data, version=op.version))
+            else:
+                request.add(protocol.DeleteRequest(path=full, version=op.version))
+        try:
+            response = await self._client.send(request)
+        except Exception as e:
+            raise translate(e, ops[0].path) from e
+        results: list[OpResult] = []
+        for index, (op, reply) in enumerate(zip(ops, response.responses, strict=False)):
+            if isinstance(reply, BaseException):
+                if isinstance(reply, zk_exc.RolledBack | zk_exc.RuntimeInconsistency):
+                    continue
+                raise MultiOpError(index, op, translate(reply, op.path))
+            path = self._client.denormalize_path(getattr(reply, "path", None) or normalize(op.path))
+            stat = getattr(reply, "stat", None)
+            results.append(OpResult(op, path, ZnodeStat.of(stat) if stat is not None else None))
+        if len(results) != len(ops):
+            # Every op was rolled back without a named cause: treat as unavailable and let the caller retry.
+            raise ZkUnavailableError(f"multi of {len(ops)} ops rolled back without an error")
+        return results

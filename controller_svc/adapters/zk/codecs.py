@@ -1,0 +1,258 @@
+"""Byte-compatible JSON codecs for Kafka 2.x znodes (kafka.zk.ZkData).
+
+Decoders raise `CorruptZnodeError` with the path and a reason; they never return
+half-parsed data. Encoders produce exactly the field order and types Kafka writes
+(e.g. timestamps as strings), so Kafka's own ZooKeeper-mode tools read our data.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from controller_svc.common.errors import CorruptZnodeError
+from controller_svc.common.model import BrokerInfo, EndPoint, LeaderIsrAndControllerEpoch
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _dumps(obj: Any) -> bytes:
+    # Kafka's Json.encodeAsBytes: compact separators, no spaces.
+    return json.dumps(obj, separators=(",", ":")).encode("utf-8")
+
+
+def _loads_object(path: str, data: bytes | None) -> dict[str, Any]:
+    if not data:
+        raise CorruptZnodeError(path, "empty data")
+    try:
+        # orjson: the failover load decodes one document per partition.
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise CorruptZnodeError(path, f"not JSON ({e})") from e
+    if not isinstance(obj, dict):
+        raise CorruptZnodeError(path, f"expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _int_field(path: str, obj: dict[str, Any], key: str) -> int:
+    value = obj.get(key)
+    # bool is an int subclass in Python; Kafka's JSON would never hold one here.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CorruptZnodeError(path, f"field {key!r} must be an integer, got {value!r}")
+    return value
+
+
+def _int_list(path: str, value: Any, what: str) -> tuple[int, ...]:
+    if type(value) is not list or not all(type(v) is int for v in value):
+        raise CorruptZnodeError(path, f"{what} must be a list of integers, got {value!r}")
+    return tuple(value)
+
+
+# --- /controller ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerZnode:
+    broker_id: int
+    timestamp_ms: int
+
+
+def encode_controller(controller_id: int, timestamp_ms: int) -> bytes:
+    return _dumps({"version": 1, "brokerid": controller_id, "timestamp": str(timestamp_ms)})
+
+
+def decode_controller(data: bytes | None, path: str = "/controller") -> ControllerZnode:
+    obj = _loads_object(path, data)
+    broker_id = _int_field(path, obj, "brokerid")
+    raw_ts = obj.get("timestamp", "0")
+    try:
+        timestamp = int(raw_ts)
+    except (TypeError, ValueError) as e:
+        raise CorruptZnodeError(path, f"timestamp {raw_ts!r} is not a number") from e
+    return ControllerZnode(broker_id=broker_id, timestamp_ms=timestamp)
+
+
+# --- /controller_epoch --------------------------------------------------------------------
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode("utf-8")
+
+
+def decode_controller_epoch(data: bytes | None, path: str = "/controller_epoch") -> int:
+    text = (data or b"").decode("utf-8", errors="replace").strip()
+    try:
+        epoch = int(text)
+    except ValueError as e:
+        raise CorruptZnodeError(path, f"{text!r} is not an integer") from e
+    if epoch < 0:
+        raise CorruptZnodeError(path, f"negative epoch {epoch}")
+    return epoch
+
+
+# --- /brokers/ids/<id> --------------------------------------------------------------------
+
+
+def encode_broker_registration(info: BrokerInfo, timestamp_ms: int, jmx_port: int = -1) -> bytes:
+    """Version 5 of the broker registration (BrokerIdZNode.encode), features empty."""
+    plaintext = next((e for e in info.endpoints if e.security_protocol == "PLAINTEXT"), None)
+    # Field order of the reference (BrokerIdZNode.encode, version 5).
+    obj: dict[str, Any] = {
+        "version": 5,
+        "host": plaintext.host if plaintext else None,
+        "port": plaintext.port if plaintext else -1,
+        "jmx_port": jmx_port,
+        "timestamp": str(timestamp_ms),
+        "endpoints": [e.connection_string() for e in info.endpoints],
+        "listener_security_protocol_map": {e.listener: e.security_protocol for e in info.endpoints},
+        "rack": info.rack,
+        "features": {},
+    }
+    return _dumps(obj)
+
+
+def decode_broker_registration(broker_id: int, data: bytes | None, broker_epoch: int) -> BrokerInfo:
+    """Reads versions 1-5 (BrokerIdZNode.decode)."""
+    path = f"/brokers/ids/{broker_id}"
+    obj = _loads_object(path, data)
+    version = _int_field(path, obj, "version")
+    endpoints: list[EndPoint] = []
+    if version >= 2 and "endpoints" in obj:
+        raw_endpoints = obj["endpoints"]
+        if not isinstance(raw_endpoints, list):
+            raise CorruptZnodeError(path, "endpoints must be a list")
+        protocol_map = obj.get("listener_security_protocol_map") or {}
+        if not isinstance(protocol_map, dict):
+            raise CorruptZnodeError(path, "listener_security_protocol_map must be an object")
+        for raw in raw_endpoints:
+            endpoints.append(EndPoint.parse(path, str(raw), protocol_map))
+    else:
+        host = obj.get("host")
+        port = obj.get("port")
+        if not isinstance(host, str) or not isinstance(port, int):
+            raise CorruptZnodeError(path, "version 1 registration needs host and port")
+        endpoints.append(EndPoint("PLAINTEXT", host, port, "PLAINTEXT"))
+    rack = obj.get("rack")
+    if rack is not None and not isinstance(rack, str):
+        raise CorruptZnodeError(path, "rack must be a string or null")
+    return BrokerInfo(broker_id=broker_id, endpoints=tuple(endpoints), rack=rack, epoch=broker_epoch)
+
+
+# --- /brokers/topics/<t>/partitions/<p>/state ---------------------------------------------
+
+
+def encode_partition_state(state: LeaderIsrAndControllerEpoch) -> bytes:
+    return _dumps(
+        {
+            "controller_epoch": state.controller_epoch,
+            "leader": state.leader,
+            "version": 1,
+            "leader_epoch": state.leader_epoch,
+            "isr": list(state.isr),
+        }
+    )
+
+
+def decode_partition_state(path: str, data: bytes | None, zk_version: int) -> LeaderIsrAndControllerEpoch:
+    # Hot path at failover (one call per partition): plain type checks, no generators.
+    obj = _loads_object(path, data)
+    leader = obj.get("leader")
+    leader_epoch = obj.get("leader_epoch")
+    controller_epoch = obj.get("controller_epoch")
+    isr = obj.get("isr")
+    if (
+        type(leader) is int
+        and type(leader_epoch) is int
+        and type(controller_epoch) is int
+        and type(isr) is list
+        and all(type(r) is int for r in isr)
+    ):
+        return LeaderIsrAndControllerEpoch(leader, leader_epoch, tuple(isr), zk_version, controller_epoch)
+    return LeaderIsrAndControllerEpoch(
+        leader=_int_field(path, obj, "leader"),
+        leader_epoch=_int_field(path, obj, "leader_epoch"),
+        isr=_int_list(path, isr, "isr"),
+        zk_version=zk_version,
+        controller_epoch=_int_field(path, obj, "controller_epoch"),
+    )
+
+
+# --- /brokers/topics/<t> ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TopicZnode:
+    partitions: dict[int, tuple[int, ...]]
+    adding_replicas: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    removing_replicas: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    topic_id: str | None = None
+
+
+def _partition_map(path: str, raw: Any, what: str) -> dict[int, tuple[int, ...]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise CorruptZnodeError(path, f"{what} must be an object")
+    result: dict[int, tuple[int, ...]] = {}
+    for key, replicas in raw.items():
+        try:
+            partition = int(key)
+        except ValueError as e:
+            raise CorruptZnodeError(path, f"partition id {key!r} is not a number") from e
+        if partition < 0 or str(partition) != key:
+            raise CorruptZnodeError(path, f"partition id {key!r} is not a non-negative integer")
+        result[partition] = _int_list(path, replicas, f"{what}[{key}]")
+    return result
+
+
+def decode_topic(path: str, data: bytes | None) -> TopicZnode:
+    """Reads versions 1-3 of a topic znode (TopicZNode.decode)."""
+    obj = _loads_object(path, data)
+    partitions = _partition_map(path, obj.get("partitions"), "partitions")
+    topic_id = obj.get("topic_id")
+    return TopicZnode(
+        partitions=partitions,
+        adding_replicas=_partition_map(path, obj.get("adding_replicas"), "adding_replicas"),
+        removing_replicas=_partition_map(path, obj.get("removing_replicas"), "removing_replicas"),
+        topic_id=topic_id if isinstance(topic_id, str) else None,
+    )
+
+
+def encode_topic(znode: TopicZnode) -> bytes:
+    obj: dict[str, Any] = {
+        "version": 3 if znode.topic_id else 2,
+        "partitions": {str(p): list(r) for p, r in sorted(znode.partitions.items())},
+        "adding_replicas": {str(p): list(r) for p, r in sorted(znode.adding_replicas.items())},
+        "removing_replicas": {str(p): list(r) for p, r in sorted(znode.removing_replicas.items())},
+    }
+    if znode.topic_id:
+        obj["topic_id"] = znode.topic_id
+    return _dumps(obj)
+
+
+# --- our own: /kcontroller/controllers/<id> -----------------------------------------------
+
+
+def decode_topic_config(path: str, data: bytes | None) -> dict[str, str]:
+    """/config/topics/<t>: {"version":1,"config":{"unclean.leader.election.enable":"true"}}."""
+    if not data:
+        return {}
+    config = _loads_object(path, data).get("config", {})
+    if not isinstance(config, dict):
+        raise CorruptZnodeError(path, "config must be an object")
+    return {str(k): str(v) for k, v in config.items()}
+
+
+def encode_controller_endpoint(controller_id: int, grpc_endpoint: str, metrics_endpoint: str) -> bytes:
+    return _dumps({"version": 1, "id": controller_id, "grpc": grpc_endpoint, "metrics": metrics_endpoint})
+
+
+def decode_controller_endpoint(path: str, data: bytes | None) -> str:
+    obj = _loads_object(path, data)
+    grpc_endpoint = obj.get("grpc")
+    if not isinstance(grpc_endpoint, str) or ":" not in grpc_endpoint:
+        raise CorruptZnodeError(path, f"grpc endpoint {grpc_endpoint!r} is not host:port")
+    return grpc_endpoint

@@ -1,0 +1,147 @@
+"""Reading cluster metadata from ZooKeeper with pipelined reads (never one round trip per
+znode in series). Corrupt znodes are reported, counted and skipped; they never stop a load."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from controller_svc.adapters.zk import codecs, paths
+from controller_svc.adapters.zk.client import ZkClient
+from controller_svc.common import metrics
+from controller_svc.common.errors import ControllerError, CorruptZnodeError
+from controller_svc.common.model import BrokerInfo, ReplicaAssignment, TopicPartition
+from controller_svc.core.context import ControllerContext
+from controller_svc.core.topics import validate_assignment
+
+log = logging.getLogger(__name__)
+
+
+async def load_brokers(zk: ZkClient, watch: bool) -> dict[int, BrokerInfo]:
+    """Live brokers with their epochs (czxid of the registration, KIP-380)."""
+    children = await zk.get_children_or_empty(paths.BROKER_IDS, watch=watch)
+    ids: list[int] = []
+    for child in children:
+        if child.isdigit():
+            ids.append(int(child))
+        else:
+            metrics.CORRUPT_ZNODES.labels("broker").inc()
+            log.error("ignoring %s/%s: not a broker id", paths.BROKER_IDS, child)
+    reads = await zk.pipelined([functools.partial(zk.get_or_none, paths.broker_path(b), watch=watch) for b in ids])
+    brokers: dict[int, BrokerInfo] = {}
+    for broker_id, got in zip(ids, reads, strict=True):
+        if got is None:
+            continue  # deregistered between the two reads; the next BrokerChange tells
+        data, stat = got
+        try:
+            brokers[broker_id] = codecs.decode_broker_registration(broker_id, data, stat.czxid)
+        except CorruptZnodeError as e:
+            metrics.CORRUPT_ZNODES.labels("broker").inc()
+            log.error("ignoring broker %d: %s", broker_id, e)
+    return brokers
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedTopic:
+    name: str
+    assignments: dict[int, ReplicaAssignment]
+    topic_id: str | None
+
+
+async def load_topic_names(zk: ZkClient, watch: bool) -> list[str]:
+    return await zk.get_children_or_empty(paths.BROKER_TOPICS, watch=watch)
+
+
+async def load_topics(
+    zk: ZkClient, topics: Sequence[str], watch: bool, known_bad: dict[str, int] | None = None
+) -> dict[str, LoadedTopic]:
+    """Topic znodes (versions 1-3). A malformed one (bad JSON, bad partition ids, empty or
+    duplicate replica lists) is logged, counted and left out; the others load. `known_bad`
+    (topic -> znode version) is updated with the malformed ones, so a znode is reported once
+    per version rather than at every TopicChange."""
+    reads = await zk.pipelined([functools.partial(zk.get_or_none, paths.topic_path(t), watch=watch) for t in topics])
+    result: dict[str, LoadedTopic] = {}
+    bad = known_bad if known_bad is not None else {}
+    for topic, got in zip(topics, reads, strict=True):
+        if got is None:
+            bad.pop(topic, None)
+            continue
+        path = paths.topic_path(topic)
+        try:
+            znode = codecs.decode_topic(path, got[0])
+            validate_assignment(znode.partitions)
+        except (CorruptZnodeError, ControllerError) as e:
+            if bad.get(topic) != got[1].version:
+                metrics.CORRUPT_ZNODES.labels("topic").inc()
+                log.error("ignoring topic %s: %s: %s", topic, path, e)
+            bad[topic] = got[1].version
+            continue
+        bad.pop(topic, None)
+        result[topic] = LoadedTopic(
+            topic,
+            {
+                p: ReplicaAssignment(r, znode.adding_replicas.get(p, ()), znode.removing_replicas.get(p, ()))
+                for p, r in znode.partitions.items()
+            },
+            znode.topic_id,
+        )
+    return result
+
+
+async def load_partition_states(zk: ZkClient, ctx: ControllerContext, partitions: Sequence[TopicPartition]) -> None:
+    state_paths = [paths.partition_state_path(tp.topic, tp.partition) for tp in partitions]
+    states = await zk.get_many(state_paths)
+    for tp, path, got in zip(partitions, state_paths, states, strict=True):
+        if got is None:
+            ctx.partition_states.pop(tp, None)
+            continue
+        try:
+            ctx.partition_states[tp] = codecs.decode_partition_state(path, got[0], got[1].version)
+        except CorruptZnodeError as e:
+            metrics.CORRUPT_ZNODES.labels("partition_state").inc()
+            log.error("ignoring state of %s: %s", tp, e)
+
+
+async def load_topic_configs(zk: ZkClient, topics: Sequence[str]) -> dict[str, dict[str, str]]:
+    reads = await zk.get_many([f"{paths.CONFIG_TOPICS}/{t}" for t in topics])
+    configs: dict[str, dict[str, str]] = {}
+    for topic, got in zip(topics, reads, strict=True):
+        if got is None:
+            continue
+        try:
+            configs[topic] = codecs.decode_topic_config(f"{paths.CONFIG_TOPICS}/{topic}", got[0])
+        except CorruptZnodeError as e:
+            metrics.CORRUPT_ZNODES.labels("topic_config").inc()
+            log.error("ignoring config of topic %s: %s", topic, e)
+    return configs
+
+
+async def load_all(zk: ZkClient, ctx: ControllerContext) -> None:
+    """Failover: every topic's assignment and config, every partition's leader and ISR."""
+    names = await load_topic_names(zk, watch=True)
+    topics = await load_topics(zk, names, watch=True, known_bad=ctx.malformed_topics)
+    for topic in topics.values():
+        ctx.assignments[topic.name] = dict(topic.assignments)
+        if topic.topic_id:
+            ctx.topic_ids[topic.name] = topic.topic_id
+    ctx.topic_configs.update(await load_topic_configs(zk, sorted(topics)))
+    await load_partition_states(zk, ctx, ctx.all_partitions())
+
+
+async def read_notifications(zk: ZkClient, parent: str, watch: bool) -> list[tuple[str, dict[str, object] | None]]:
+    """Children of a notification path with their JSON (None when it does not parse)."""
+    children = await zk.get_children_or_empty(parent, watch=watch)
+    reads = await zk.get_many([f"{parent}/{c}" for c in children])
+    result: list[tuple[str, dict[str, object] | None]] = []
+    for child, got in zip(children, reads, strict=True):
+        if got is None:
+            continue
+        try:
+            obj = json.loads(got[0].decode("utf-8"))
+            result.append((child, obj if isinstance(obj, dict) else None))
+        except (ValueError, UnicodeDecodeError):
+            result.append((child, None))
+    return result

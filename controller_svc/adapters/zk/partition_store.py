@@ -1,0 +1,151 @@
+"""Partition-state znodes for the state machines: batched, fenced, conditional writes.
+
+Creates and updates go out as multis of bounded size, each behind the controller-epoch
+check (so a zombie controller writes nothing). An update whose znode version moved
+(a broker changed the ISR, KIP-497's path in ZooKeeper mode) is reported back as a
+conflict; the rest of its multi is resubmitted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from controller_svc.adapters.zk import codecs, paths
+from controller_svc.adapters.zk.client import CreateOp, MultiOpError, SetDataOp, ZkOp
+from controller_svc.adapters.zk.store import DEFAULT_MAX_OPS_PER_MULTI, ControllerZkStore
+from controller_svc.common.errors import (
+    ControllerError,
+    CorruptZnodeError,
+    ZkBadVersionError,
+    ZkNodeExistsError,
+    ZkNoNodeError,
+    ZkUnavailableError,
+)
+from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WriteResult:
+    written: dict[TopicPartition, int] = field(default_factory=dict)  # new zkVersion
+    conflicts: set[TopicPartition] = field(default_factory=set)  # BadVersion / NodeExists / NoNode
+    # ZooKeeper failed a later multi (no answer even after retrying on the same session): the
+    # partitions in `written` are committed all the same, and the caller must act on them
+    # (send their requests) before raising this (Kafka's retryRequestsUntilConnected never
+    # drops a committed write's effect).
+    error: ControllerError | None = None
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+class ZkPartitionStateStore:
+    def __init__(self, store: ControllerZkStore, max_ops: int = DEFAULT_MAX_OPS_PER_MULTI) -> None:
+        self.store = store
+        self.max_ops = max_ops
+
+    def __repr__(self) -> str:
+        return f"ZkPartitionStateStore(max_ops={self.max_ops})"
+
+    async def read(
+        self, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, LeaderIsrAndControllerEpoch | None]:
+        state_paths = [paths.partition_state_path(tp.topic, tp.partition) for tp in partitions]
+        reads = await self.store.zk.get_many(state_paths)
+        result: dict[TopicPartition, LeaderIsrAndControllerEpoch | None] = {}
+        for tp, path, got in zip(partitions, state_paths, reads, strict=True):
+            if got is None:
+                result[tp] = None
+                continue
+            try:
+                result[tp] = codecs.decode_partition_state(path, got[0], got[1].version)
+            except CorruptZnodeError as e:
+                log.error("%s", e)
+                result[tp] = None
+        return result
+
+    async def read_topic_configs(self, topics: Sequence[str]) -> dict[str, dict[str, str]]:
+        """The topics' /config/topics znodes as ZooKeeper holds them now (a topic without one,
+        or with a corrupt one, is absent: the cluster default applies)."""
+        config_paths = [f"{paths.CONFIG_TOPICS}/{t}" for t in topics]
+        reads = await self.store.zk.get_many(config_paths)
+        configs: dict[str, dict[str, str]] = {}
+        for topic, path, got in zip(topics, config_paths, reads, strict=True):
+            if got is None:
+                continue
+            try:
+                configs[topic] = codecs.decode_topic_config(path, got[0])
+            except CorruptZnodeError as e:
+                log.error("%s", e)
+        return configs
+
+    async def create(self, states: Mapping[TopicPartition, LeaderIsrAndControllerEpoch]) -> WriteResult:
+        """Create state znodes (and their parents). NodeExists on a state is a conflict."""
+        result = WriteResult()
+        partitions = sorted(states)
+        await self._ensure_parents(partitions)
+        ops: list[tuple[TopicPartition, ZkOp]] = [
+            (
+                tp,
+                CreateOp(paths.partition_state_path(tp.topic, tp.partition), codecs.encode_partition_state(states[tp])),
+            )
+            for tp in partitions
+        ]
+        await self._run(ops, result, created=True)
+        return result
+
+    async def update(self, states: Mapping[TopicPartition, LeaderIsrAndControllerEpoch]) -> WriteResult:
+        """Conditional setData on each state znode at the version in `states`."""
+        result = WriteResult()
+        ops: list[tuple[TopicPartition, ZkOp]] = [
+            (
+                tp,
+                SetDataOp(
+                    paths.partition_state_path(tp.topic, tp.partition),
+                    codecs.encode_partition_state(states[tp]),
+                    states[tp].zk_version,
+                ),
+            )
+            for tp in sorted(states)
+        ]
+        await self._run(ops, result, created=False)
+        return result
+
+    async def _run(self, ops: list[tuple[TopicPartition, ZkOp]], result: WriteResult, created: bool) -> None:
+        pending = ops
+        while pending:
+            chunk, pending = pending[: self.max_ops], pending[self.max_ops :]
+            while chunk:
+                try:
+                    results = await self.store.fenced_multi([op for _, op in chunk])
+                except ZkUnavailableError as e:
+                    result.error = e
+                    return
+                except MultiOpError as e:
+                    if not isinstance(e.cause, ZkBadVersionError | ZkNodeExistsError | ZkNoNodeError):
+                        raise e.cause from e
+                    tp, _ = chunk[e.index]
+                    result.conflicts.add(tp)
+                    chunk = chunk[: e.index] + chunk[e.index + 1 :]
+                    continue
+                for (tp, _), op_result in zip(chunk, results, strict=True):
+                    # A create inside a multi comes back without a stat: a new znode is at version 0.
+                    result.written[tp] = 0 if created else (op_result.stat.version if op_result.stat else 0)
+                chunk = []
+
+    async def _ensure_parents(self, partitions: Sequence[TopicPartition]) -> None:
+        """/brokers/topics/<t>/partitions and .../<p>, behind the epoch check, tolerating
+        ones that exist (a previous controller may have died half-way)."""
+        topics = sorted({tp.topic for tp in partitions})
+        parents = [paths.partitions_path(t) for t in topics] + [
+            paths.partition_path(tp.topic, tp.partition) for tp in partitions
+        ]
+        existing = await self.store.zk.get_many(parents)
+        missing = [p for p, got in zip(parents, existing, strict=True) if got is None]
+        ops: list[tuple[TopicPartition, ZkOp]] = [(TopicPartition(p, 0), CreateOp(p)) for p in missing]
+        scratch = WriteResult()
+        await self._run(ops, scratch, created=True)  # NodeExists here just means someone created it first

@@ -1,0 +1,165 @@
+"""`controller-svc`: run a controller, manage a local cluster, run the demo."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from controller_svc.common import config as cfg
+from controller_svc.common import process
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="controller-svc", description="Kafka ZooKeeper-mode controller, re-implemented on asyncio"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    controller = sub.add_parser("controller", help="run one controller process")
+    process.add_config_args(controller, cfg.CONTROLLER_KEYS)
+
+    cluster = sub.add_parser("cluster", help="a local cluster of background processes")
+    cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True)
+    up = cluster_sub.add_parser("up", help="start ZooKeeper, controllers and brokers; write DIR/cluster.json")
+    up.add_argument("--controllers", type=int, default=3)
+    up.add_argument("--brokers", type=int, default=3)
+    up.add_argument("--dir", required=True)
+    up.add_argument("--zookeeper", help="use this ZooKeeper (host:port[/chroot]) instead of starting one")
+    up.add_argument(
+        "--session-timeout-ms",
+        type=int,
+        default=6000,
+        help="zookeeper.session.timeout.ms of every node (default 6000 for a local cluster)",
+    )
+    up.add_argument("--controller-override", action="append", default=[], metavar="KEY=VALUE")
+    up.add_argument("--broker-override", action="append", default=[], metavar="KEY=VALUE")
+    down = cluster_sub.add_parser("down", help="stop everything `up` started")
+    down.add_argument("--dir", required=True)
+    down.add_argument("--grace-s", type=float, default=15.0, help="SIGKILL after this many seconds")
+    status = cluster_sub.add_parser("status", help="who is controller, the epoch, the brokers")
+    status.add_argument("--dir", required=True)
+
+    demo = sub.add_parser(
+        "demo",
+        help="start a cluster, kill its controller and a broker, show the takeovers, analyse the logs on Spark",
+    )
+    demo.add_argument("--dir", default=None, help="cluster directory (default: a new temporary one)")
+    demo.add_argument("--session-timeout-ms", type=int, default=6000)
+    demo.add_argument("--no-analysis", action="store_true", help="skip the Spark analysis at the end")
+
+    from controller_svc.analytics import cli as cli_analyze
+    from controller_svc.cli import admin as cli_admin
+    from controller_svc.cli import topics as cli_topics
+    from controller_svc.cli.target import add_target_args
+
+    topics_sub = cli_topics.register(sub)
+    cli_admin.register(sub, topics_sub)
+    cli_analyze.register(sub)
+
+    describe = sub.add_parser(
+        "describe", help="the cluster as a table: controller, epoch, brokers, offline and under-replicated partitions"
+    )
+    add_target_args(describe)
+
+    health = sub.add_parser("health", help="gRPC health check of a controller or broker (exit 0 when SERVING)")
+    health.add_argument(
+        "--address",
+        default=os.environ.get("KCONTROLLER_HEALTH_ADDRESS", "127.0.0.1:9190"),
+        help="host:port (default: $KCONTROLLER_HEALTH_ADDRESS or 127.0.0.1:9190)",
+    )
+    health.add_argument("--timeout-s", type=float, default=3.0)
+
+    args = parser.parse_args(argv)
+    if args.command == "topics" and args.topics_command == "delete":
+        return cli_admin.run(args)
+    if args.command == "topics":
+        return cli_topics.run(args)
+    if args.command in ("reassign", "elect-leaders"):
+        return cli_admin.run(args)
+    if args.command == "describe":
+        return describe_cluster(args)
+    if args.command == "analyze":
+        return cli_analyze.run(args)
+    if args.command == "health":
+        return check_health(args.address, args.timeout_s)
+    if args.command == "controller":
+        from controller_svc.service.app import run_controller
+
+        return process.run_process("controller", args, run_controller)
+    if args.command == "cluster":
+        return run_cluster(args, parser)
+    if args.command == "demo":
+        from controller_svc.devtools.demo import run_demo
+
+        return run_demo(args.dir, args.session_timeout_ms, analyse_logs=not args.no_analysis)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+def describe_cluster(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from controller_svc.adapters.admin_client import AdminError
+    from controller_svc.cli.target import client_of
+    from controller_svc.core.cluster_table import format_cluster
+
+    try:
+        description = uvloop.run(client_of(args).describe_cluster(include_partitions=True))
+    except AdminError as e:
+        print(f"describe: {e}", file=sys.stderr)
+        return 1
+    print(format_cluster(description))
+    return 0
+
+
+def check_health(address: str, timeout_s: float) -> int:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from controller_svc.common import tls
+
+    with tls.channel(address, tls.from_env()) as channel:
+        try:
+            response = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
+        except grpc.RpcError as e:
+            print(f"{address}: {e.code().name}", file=sys.stderr)
+            return 1
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+    print(f"{address}: {status}")
+    return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
+
+
+def run_cluster(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from controller_svc.devtools import devcluster
+    from controller_svc.devtools.zookeeper_launcher import ZooKeeperLaunchError
+
+    try:
+        if args.cluster_command == "up":
+            if args.controllers < 1 or args.brokers < 0:
+                parser.error("--controllers must be >= 1 and --brokers >= 0")
+            spec = devcluster.up(
+                args.dir,
+                args.controllers,
+                args.brokers,
+                args.zookeeper,
+                args.session_timeout_ms,
+                cfg.parse_overrides(args.controller_override),
+                cfg.parse_overrides(args.broker_override),
+            )
+            print(devcluster.status(args.dir))
+            print(f"\nwrote {args.dir}/cluster.json; logs in {spec['logs']}")
+        elif args.cluster_command == "down":
+            devcluster.down(args.dir, args.grace_s)
+            print(f"cluster in {args.dir} stopped")
+        else:
+            print(devcluster.status(args.dir))
+    except (devcluster.ClusterError, ZooKeeperLaunchError, cfg.ConfigError) as e:
+        print(f"controller-svc cluster {args.cluster_command}: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

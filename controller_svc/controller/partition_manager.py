@@ -1,0 +1,189 @@
+"""What the active controller does to partitions when brokers, topics or ISRs change
+(KafkaController.onBrokerStartup / onBrokerFailure / onReplicasBecomeOffline /
+onNewPartitionCreation / onBrokerLogDirFailure and the failover start-up of both state
+machines). Every operation runs inside one request batch, sent when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+from controller_svc.common import metrics
+from controller_svc.common.errors import ControllerMovedError, ErrorCode
+from controller_svc.common.model import PartitionAndReplica, TopicPartition
+from controller_svc.common.state_change_log import StateChangeLog
+from controller_svc.controller.partition_state_machine import PartitionState, PartitionStateMachine, PartitionStateStore
+from controller_svc.controller.replica_state_machine import ReplicaState, ReplicaStateMachine
+from controller_svc.core.context import ControllerContext
+from controller_svc.core.request_batch import RequestBatch, RequestSink, StopReplicaCallback
+
+log = logging.getLogger(__name__)
+
+
+class PartitionManager:
+    def __init__(
+        self,
+        controller_id: int,
+        ctx: ControllerContext,
+        store: PartitionStateStore,
+        sink: RequestSink,
+        state_log: StateChangeLog,
+        unclean_default: Callable[[], bool],
+        on_leader_and_isr_response: Callable[[int, str, Any], None] | None = None,
+        on_stop_replica_response: StopReplicaCallback | None = None,
+        controller_endpoint: str = "",
+    ) -> None:
+        self.controller_id = controller_id
+        self.ctx = ctx
+        self.sink = sink
+        self.batch = RequestBatch(
+            controller_id, ctx, on_leader_and_isr_response, on_stop_replica_response, controller_endpoint
+        )
+        self.psm = PartitionStateMachine(ctx, store, self.batch, state_log, controller_id, unclean_default)
+        self.rsm = ReplicaStateMachine(ctx, store, self.batch, state_log, controller_id)
+
+    def __repr__(self) -> str:
+        return f"PartitionManager({self.psm!r}, {self.rsm!r})"
+
+    @contextlib.asynccontextmanager
+    async def operation(self) -> AsyncIterator[RequestBatch]:
+        """One request batch per operation. Requests already in the batch stand for ZooKeeper
+        writes that succeeded, so they are sent even if the operation fails half-way; a
+        controller that moved sends nothing."""
+        self.batch.new_batch()
+        try:
+            yield self.batch
+        except ControllerMovedError:
+            self.batch.clear()
+            raise
+        except BaseException:
+            self.batch.send(self.sink)
+            raise
+        self.batch.send(self.sink)
+        self.update_metrics()
+        # The senders share this event loop: let them put the requests on the wire before
+        # the next (possibly long, CPU-bound) step of the operation.
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    def update_metrics(self) -> None:
+        metrics.OFFLINE_PARTITIONS.set(self.psm.offline_partition_count())
+        metrics.PREFERRED_REPLICA_IMBALANCE.set(self.ctx.preferred_replica_imbalance_count())
+        metrics.GLOBAL_TOPIC_COUNT.set(len(self.ctx.assignments))
+        metrics.GLOBAL_PARTITION_COUNT.set(self.ctx.partition_count)
+
+    # --- failover -------------------------------------------------------------------------------
+
+    async def start_up(self) -> None:
+        """Failover: UpdateMetadata to every live broker, replica state machine start-up
+        (online replicas get LeaderAndIsr, offline ones leave the ISR), then partition state
+        machine start-up (New and Offline partitions elected with the offline strategy)."""
+        async with self.operation() as batch:
+            batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, self.ctx.all_partitions())
+        self.rsm.initialize()
+        self.psm.initialize()
+        online = [r for r, s in self.rsm.states.items() if s is ReplicaState.ONLINE]
+        offline = [r for r, s in self.rsm.states.items() if s is not ReplicaState.ONLINE]
+        async with self.operation():
+            await self.rsm.handle_state_changes(online, ReplicaState.ONLINE)
+            await self.rsm.handle_state_changes(offline, ReplicaState.OFFLINE)
+        async with self.operation():
+            await self.psm.trigger_online_partition_state_change()
+
+    # --- brokers --------------------------------------------------------------------------------
+
+    async def on_broker_startup(self, new_brokers: set[int]) -> None:
+        for broker_id in new_brokers:
+            self.ctx.replicas_on_offline_dirs.pop(broker_id, None)
+        existing = self.ctx.live_or_shutting_down_broker_ids - new_brokers
+        # Existing brokers learn about the new ones; new ones get full metadata first.
+        async with self.operation() as batch:
+            batch.add_update_metadata(existing, [])
+        async with self.operation() as batch:
+            batch.add_update_metadata(new_brokers, self.ctx.all_partitions())
+        replicas = self.ctx.replicas_on_brokers(new_brokers)
+        async with self.operation():
+            await self.rsm.handle_state_changes(
+                [r for r in replicas if not self.ctx.is_topic_queued_for_deletion(r.tp.topic)], ReplicaState.ONLINE
+            )
+            await self.psm.trigger_online_partition_state_change()
+
+    async def on_broker_failure(self, dead_brokers: set[int]) -> None:
+        for broker_id in dead_brokers:
+            self.ctx.replicas_on_offline_dirs.pop(broker_id, None)
+            self.ctx.shutting_down_broker_ids.discard(broker_id)
+        await self.on_replicas_become_offline(self.ctx.replicas_on_brokers(dead_brokers))
+
+    async def on_replicas_become_offline(self, offline: set[PartitionAndReplica]) -> None:
+        """Partitions whose leader went offline go Offline and are re-elected; the offline
+        replicas go OfflineReplica (leave the ISR)."""
+        with_offline_leader = [
+            tp
+            for tp, state in self.ctx.partition_states.items()
+            if not self.ctx.is_replica_online(state.leader, tp)
+            and not self.ctx.is_topic_queued_for_deletion(tp.topic)
+            and self.psm.state(tp) is not PartitionState.NEW
+        ]
+        # New leaders first, in their own batch, so brokers serve again before the (longer) ISR
+        # clean-up of the offline followers is written; Kafka sends after each step too.
+        async with self.operation():
+            await self.psm.handle_state_changes(with_offline_leader, PartitionState.OFFLINE)
+            await self.psm.trigger_online_partition_state_change()
+        async with self.operation() as batch:
+            await self.rsm.handle_state_changes(
+                [r for r in offline if not self.ctx.is_topic_queued_for_deletion(r.tp.topic)], ReplicaState.OFFLINE
+            )
+            if not with_offline_leader:
+                batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, [])
+
+    async def on_log_dir_failure(self, brokers: set[int]) -> None:
+        """A broker reported failed log dirs: send LeaderAndIsr for all its replicas; the ones
+        on a failed dir answer KAFKA_STORAGE_ERROR and are then taken offline."""
+        live = brokers & self.ctx.live_or_shutting_down_broker_ids
+        async with self.operation():
+            await self.rsm.handle_state_changes(self.ctx.replicas_on_brokers(live), ReplicaState.ONLINE)
+
+    async def on_leader_and_isr_response(
+        self, broker_id: int, partition_errors: Iterable[tuple[TopicPartition, int]]
+    ) -> None:
+        offline_dirs = self.ctx.replicas_on_offline_dirs.setdefault(broker_id, set())
+        newly_offline = {
+            tp
+            for tp, code in partition_errors
+            if code == ErrorCode.KAFKA_STORAGE_ERROR and tp not in offline_dirs and self.ctx.assignment(tp) is not None
+        }
+        if not newly_offline:
+            return
+        log.warning(
+            "broker %d reports %d replicas on offline log dirs: %s",
+            broker_id,
+            len(newly_offline),
+            sorted(str(tp) for tp in newly_offline)[:20],
+        )
+        offline_dirs.update(newly_offline)
+        await self.on_replicas_become_offline({PartitionAndReplica(tp, broker_id) for tp in newly_offline})
+
+    # --- topics ---------------------------------------------------------------------------------
+
+    async def on_new_partitions(self, partitions: list[TopicPartition]) -> None:
+        """New partitions: NewPartition, NewReplica, then OnlinePartition and OnlineReplica."""
+        if not partitions:
+            return
+        replicas = self.ctx.all_replicas(partitions)
+        async with self.operation():
+            await self.psm.handle_state_changes(partitions, PartitionState.NEW)
+            await self.rsm.handle_state_changes(replicas, ReplicaState.NEW)
+            await self.psm.handle_state_changes(partitions, PartitionState.ONLINE)
+            await self.rsm.handle_state_changes(replicas, ReplicaState.ONLINE)
+
+    async def retry_offline_partitions(self, topics: set[str] | None = None) -> None:
+        async with self.operation():
+            await self.psm.trigger_online_partition_state_change(topics)
+
+    async def send_update_metadata(self, brokers: Iterable[int], partitions: Iterable[TopicPartition]) -> None:
+        async with self.operation() as batch:
+            batch.add_update_metadata(brokers, partitions)

@@ -1,0 +1,381 @@
+"""The partition state machine (Kafka's ZkPartitionStateMachine, reference section 2).
+
+Transitions are validated against the table of valid previous states; an invalid one is
+logged and refused. Elections are the pure functions of `election`; the state znodes are
+written through the `PartitionStateStore` port (ZooKeeper in production, a fake in unit
+tests); requests go into the `RequestBatch`.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from controller_svc.common import metrics
+from controller_svc.common.errors import ControllerError, ControllerMovedError
+from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition
+from controller_svc.common.state_change_log import StateChangeLog
+from controller_svc.core.context import ControllerContext
+from controller_svc.core.election import ElectionStrategy, elect
+from controller_svc.core.request_batch import RequestBatch
+
+log = logging.getLogger(__name__)
+
+MAX_WRITE_ATTEMPTS = 10
+
+
+class PartitionState(enum.Enum):
+    NEW = "NewPartition"
+    ONLINE = "OnlinePartition"
+    OFFLINE = "OfflinePartition"
+    NON_EXISTENT = "NonExistentPartition"
+
+
+VALID_PREVIOUS_STATES: dict[PartitionState, frozenset[PartitionState]] = {
+    PartitionState.NEW: frozenset({PartitionState.NON_EXISTENT}),
+    PartitionState.ONLINE: frozenset({PartitionState.NEW, PartitionState.ONLINE, PartitionState.OFFLINE}),
+    PartitionState.OFFLINE: frozenset({PartitionState.NEW, PartitionState.ONLINE, PartitionState.OFFLINE}),
+    PartitionState.NON_EXISTENT: frozenset({PartitionState.OFFLINE}),
+}
+
+
+class WriteOutcome(Protocol):
+    written: dict[TopicPartition, int]
+    conflicts: set[TopicPartition]
+    # Set when the store failed part-way: `written` is committed all the same.
+    error: ControllerError | None
+
+    def raise_error(self) -> None: ...
+
+
+class PartitionStateStore(Protocol):
+    """Where partition states live (ZooKeeper's .../partitions/<p>/state)."""
+
+    async def read(
+        self, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, LeaderIsrAndControllerEpoch | None]: ...
+
+    async def read_topic_configs(self, topics: Sequence[str]) -> dict[str, dict[str, str]]: ...
+
+    async def create(self, states: Mapping[TopicPartition, LeaderIsrAndControllerEpoch]) -> WriteOutcome: ...
+
+    async def update(self, states: Mapping[TopicPartition, LeaderIsrAndControllerEpoch]) -> WriteOutcome: ...
+
+
+@dataclass
+class StateChangeResult:
+    """Per partition: None when the change succeeded, else why it failed."""
+
+    failed: dict[TopicPartition, str] = field(default_factory=dict)
+    invalid: set[TopicPartition] = field(default_factory=set)
+
+    @property
+    def succeeded_all(self) -> bool:
+        return not self.failed and not self.invalid
+
+
+class PartitionStateMachine:
+    def __init__(
+        self,
+        ctx: ControllerContext,
+        store: PartitionStateStore,
+        batch: RequestBatch,
+        state_log: StateChangeLog,
+        controller_id: int,
+        unclean_default: Callable[[], bool],
+    ) -> None:
+        self.ctx = ctx
+        self.store = store
+        self.batch = batch
+        self.state_log = state_log
+        self.controller_id = controller_id
+        self.unclean_default = unclean_default
+        self.states: dict[TopicPartition, PartitionState] = {}
+        self.unclean_elections = 0
+
+    def __repr__(self) -> str:
+        counts: dict[str, int] = {}
+        for state in self.states.values():
+            counts[state.value] = counts.get(state.value, 0) + 1
+        return f"PartitionStateMachine({counts})"
+
+    # --- bookkeeping ---------------------------------------------------------------------------
+
+    def initialize(self) -> None:
+        """On failover: live leader -> Online, dead leader -> Offline, no state -> New."""
+        self.states.clear()
+        for tp in self.ctx.all_partitions():
+            state = self.ctx.partition_states.get(tp)
+            if state is None:
+                self.states[tp] = PartitionState.NEW
+            elif self.ctx.is_replica_online(state.leader, tp, include_shutting_down=True):
+                self.states[tp] = PartitionState.ONLINE
+            else:
+                self.states[tp] = PartitionState.OFFLINE
+
+    def state(self, tp: TopicPartition) -> PartitionState:
+        return self.states.get(tp, PartitionState.NON_EXISTENT)
+
+    def partitions_in(self, *states: PartitionState) -> list[TopicPartition]:
+        wanted = set(states)
+        return sorted(tp for tp, s in self.states.items() if s in wanted)
+
+    def offline_partition_count(self) -> int:
+        return sum(
+            1
+            for tp, s in self.states.items()
+            if s is PartitionState.OFFLINE and not self.ctx.is_topic_queued_for_deletion(tp.topic)
+        )
+
+    def remove(self, partitions: Iterable[TopicPartition]) -> None:
+        for tp in partitions:
+            self.states.pop(tp, None)
+
+    # --- transitions ---------------------------------------------------------------------------
+
+    async def trigger_online_partition_state_change(self, topics: set[str] | None = None) -> StateChangeResult:
+        """New and Offline partitions (not being deleted) -> Online with the offline strategy."""
+        candidates = [
+            tp
+            for tp in self.partitions_in(PartitionState.NEW, PartitionState.OFFLINE)
+            if not self.ctx.is_topic_queued_for_deletion(tp.topic) and (topics is None or tp.topic in topics)
+        ]
+        return await self.handle_state_changes(candidates, PartitionState.ONLINE, ElectionStrategy.OFFLINE)
+
+    async def handle_state_changes(
+        self,
+        partitions: Sequence[TopicPartition],
+        target: PartitionState,
+        strategy: ElectionStrategy | None = None,
+        allow_unclean: bool = False,
+    ) -> StateChangeResult:
+        """Validate, apply, and add the resulting requests to the (caller's) request batch."""
+        result = StateChangeResult()
+        valid: list[TopicPartition] = []
+        for tp in partitions:
+            current = self.state(tp)
+            if current in VALID_PREVIOUS_STATES[target]:
+                valid.append(tp)
+            else:
+                result.invalid.add(tp)
+                log.error(
+                    "controller %d epoch %d: refusing invalid partition state change of %s from %s to %s",
+                    self.controller_id,
+                    self.ctx.epoch,
+                    tp,
+                    current.value,
+                    target.value,
+                )
+        if not valid:
+            return result
+        if target is PartitionState.NEW:
+            for tp in valid:
+                self.states[tp] = PartitionState.NEW
+        elif target is PartitionState.OFFLINE:
+            for tp in valid:
+                self.states[tp] = PartitionState.OFFLINE
+        elif target is PartitionState.NON_EXISTENT:
+            for tp in valid:
+                self.states.pop(tp, None)
+        else:
+            new = [tp for tp in valid if self.state(tp) is PartitionState.NEW]
+            existing = [tp for tp in valid if self.state(tp) is not PartitionState.NEW]
+            if new:
+                await self._initialize_leader_and_isr(new, result)
+            if existing:
+                await self._elect_leaders(existing, strategy or ElectionStrategy.OFFLINE, result, allow_unclean)
+        metrics.OFFLINE_PARTITIONS.set(self.offline_partition_count())
+        return result
+
+    async def _initialize_leader_and_isr(self, partitions: list[TopicPartition], result: StateChangeResult) -> None:
+        """New -> Online: leader = first live replica, ISR = live replicas, leader epoch 0."""
+        initial: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
+        for tp in partitions:
+            live = [r for r in self.ctx.replicas(tp) if self.ctx.is_replica_online(r, tp)]
+            if not live:
+                result.failed[tp] = "no live replica"
+                log.warning("controller %d: new partition %s has no live replica; it stays New", self.controller_id, tp)
+                continue
+            initial[tp] = LeaderIsrAndControllerEpoch(live[0], 0, tuple(live), 0, self.ctx.epoch)
+        if not initial:
+            return
+        outcome = await self.store.create(initial)
+        written = dict(outcome.written)
+        if outcome.conflicts:
+            # A state znode that exists already is ours when it holds exactly what we proposed
+            # under our epoch: a create applied with its reply lost, met again by the retry.
+            existing = await self.store.read(sorted(outcome.conflicts))
+            for tp in sorted(outcome.conflicts):
+                found = existing.get(tp)
+                chosen = initial[tp]
+                if (
+                    found is not None
+                    and found.controller_epoch == self.ctx.epoch
+                    and (found.leader, found.leader_epoch, found.isr) == (chosen.leader, 0, chosen.isr)
+                ):
+                    written[tp] = found.zk_version
+                    continue
+                result.failed[tp] = "partition state znode already exists"
+                log.error(
+                    "controller %d: state of new partition %s already exists in ZooKeeper", self.controller_id, tp
+                )
+        for tp, version in written.items():
+            chosen = initial[tp]
+            state = LeaderIsrAndControllerEpoch(chosen.leader, 0, chosen.isr, version, self.ctx.epoch)
+            self.ctx.partition_states[tp] = state
+            self.states[tp] = PartitionState.ONLINE
+            assignment = self.ctx.assignment(tp)
+            assert assignment is not None
+            self.batch.add_leader_and_isr(state.isr, tp, state, assignment, is_new=True)
+            self._record_election(tp, state, (), "new", unclean=False)
+        outcome.raise_error()
+
+    async def _refresh_unclean_permission(self, partitions: list[TopicPartition]) -> None:
+        """Kafka's collectUncleanLeaderElectionState: whether a partition with no live ISR
+        member may elect outside the ISR is decided on the topic config ZooKeeper holds now,
+        read at this election, never on a cache a config change may not have reached yet."""
+        topics = sorted(
+            {
+                tp.topic
+                for tp in partitions
+                if (state := self.ctx.partition_states.get(tp)) is not None
+                and not any(r in self.ctx.online_replicas(tp) for r in state.isr)
+            }
+        )
+        if not topics:
+            return
+        fresh = await self.store.read_topic_configs(topics)
+        for topic in topics:
+            if topic in fresh:
+                self.ctx.topic_configs[topic] = fresh[topic]
+            else:
+                self.ctx.topic_configs.pop(topic, None)
+
+    async def _elect_leaders(
+        self,
+        partitions: list[TopicPartition],
+        strategy: ElectionStrategy,
+        result: StateChangeResult,
+        allow_unclean: bool = False,
+    ) -> None:
+        remaining = list(partitions)
+        for _attempt in range(MAX_WRITE_ATTEMPTS):
+            if not remaining:
+                return
+            missing = [tp for tp in remaining if tp not in self.ctx.partition_states]
+            if missing:
+                await self._refresh(missing)
+            if strategy is ElectionStrategy.OFFLINE and not allow_unclean:
+                await self._refresh_unclean_permission(remaining)
+            proposals: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
+            previous: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
+            unclean: set[TopicPartition] = set()
+            for tp in remaining:
+                current = self.ctx.partition_states.get(tp)
+                assignment = self.ctx.assignment(tp)
+                if current is None or assignment is None:
+                    result.failed[tp] = "no partition state in ZooKeeper"
+                    continue
+                if current.controller_epoch > self.ctx.epoch:
+                    raise ControllerMovedError(
+                        f"{tp} was written by controller epoch {current.controller_epoch} > ours {self.ctx.epoch}"
+                    )
+                online = self.ctx.online_replicas(tp)
+                election = elect(
+                    strategy,
+                    assignment,
+                    current,
+                    online,
+                    self.ctx.shutting_down_broker_ids,
+                    allow_unclean or self.ctx.unclean_election_enabled(tp.topic, self.unclean_default()),
+                )
+                if election.leader is None:
+                    result.failed[tp] = f"no eligible leader ({strategy.value})"
+                    log.warning(
+                        "controller %d epoch %d: no eligible leader for %s by %s election: replicas %s, isr %s, "
+                        "online %s",
+                        self.controller_id,
+                        self.ctx.epoch,
+                        tp,
+                        strategy.value,
+                        list(assignment.replicas),
+                        list(current.isr),
+                        sorted(online),
+                    )
+                    continue
+                proposals[tp] = election.as_state(self.ctx.epoch, current.zk_version)
+                previous[tp] = current
+                if election.unclean:
+                    unclean.add(tp)
+            if not proposals:
+                return
+            outcome = await self.store.update(proposals)
+            for tp, version in outcome.written.items():
+                proposal = proposals[tp]
+                state = LeaderIsrAndControllerEpoch(
+                    proposal.leader, proposal.leader_epoch, proposal.isr, version, proposal.controller_epoch
+                )
+                self.ctx.partition_states[tp] = state
+                self.states[tp] = PartitionState.ONLINE
+                assignment = self.ctx.assignment(tp)
+                assert assignment is not None
+                recipients = [r for r in assignment.replicas if r in self.ctx.live_or_shutting_down_broker_ids]
+                self.batch.add_leader_and_isr(recipients, tp, state, assignment, is_new=False)
+                if tp in unclean:
+                    self.unclean_elections += 1
+                    metrics.UNCLEAN_LEADER_ELECTIONS.inc()
+                    log.warning(
+                        "controller %d: UNCLEAN leader election for %s: %d was not in the ISR %s",
+                        self.controller_id,
+                        tp,
+                        state.leader,
+                        list(previous[tp].isr),
+                    )
+                self._record_election(tp, state, previous[tp].isr, strategy.value, unclean=tp in unclean)
+            outcome.raise_error()
+            remaining = sorted(outcome.conflicts)
+            if remaining:
+                log.info(
+                    "controller %d: %d partition states changed under us; re-reading",
+                    self.controller_id,
+                    len(remaining),
+                )
+                await self._refresh(remaining)
+        for tp in remaining:
+            result.failed[tp] = "partition state kept changing in ZooKeeper"
+
+    async def _refresh(self, partitions: list[TopicPartition]) -> None:
+        states = await self.store.read(partitions)
+        for tp, state in states.items():
+            if state is None:
+                self.ctx.partition_states.pop(tp, None)
+                continue
+            if state.controller_epoch > self.ctx.epoch:
+                raise ControllerMovedError(
+                    f"{tp} was written by controller epoch {state.controller_epoch} > ours {self.ctx.epoch}"
+                )
+            self.ctx.partition_states[tp] = state
+
+    def _record_election(
+        self,
+        tp: TopicPartition,
+        state: LeaderIsrAndControllerEpoch,
+        prev_isr: Sequence[int],
+        strategy: str,
+        unclean: bool,
+    ) -> None:
+        self.state_log.record(
+            "partition.leader_elected",
+            topic=tp.topic,
+            partition=tp.partition,
+            leader=state.leader,
+            leader_epoch=state.leader_epoch,
+            isr=list(state.isr),
+            prev_isr=list(prev_isr),
+            strategy=strategy,
+            unclean=unclean,
+            controller_epoch=self.ctx.epoch,
+        )

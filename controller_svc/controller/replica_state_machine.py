@@ -1,0 +1,265 @@
+"""The replica state machine (Kafka's ZkReplicaStateMachine, reference section 2).
+
+Going offline removes the replica from the ISR in ZooKeeper (the leader becomes -1 if it
+was the leader; a one-member ISR is kept), bumps the leader epoch, and tells the other
+replicas. Invalid transitions are logged and refused.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from controller_svc.common.errors import ControllerError, ControllerMovedError
+from controller_svc.common.model import (
+    NO_LEADER,
+    LeaderIsrAndControllerEpoch,
+    PartitionAndReplica,
+    ReplicaAssignment,
+    TopicPartition,
+)
+from controller_svc.common.state_change_log import StateChangeLog
+from controller_svc.controller.partition_state_machine import MAX_WRITE_ATTEMPTS, PartitionStateStore
+from controller_svc.core.context import ControllerContext
+from controller_svc.core.request_batch import RequestBatch
+
+log = logging.getLogger(__name__)
+
+
+class ReplicaState(enum.Enum):
+    NEW = "NewReplica"
+    ONLINE = "OnlineReplica"
+    OFFLINE = "OfflineReplica"
+    DELETION_STARTED = "ReplicaDeletionStarted"
+    DELETION_SUCCESSFUL = "ReplicaDeletionSuccessful"
+    DELETION_INELIGIBLE = "ReplicaDeletionIneligible"
+    NON_EXISTENT = "NonExistentReplica"
+
+
+_S = ReplicaState
+VALID_PREVIOUS_STATES: dict[ReplicaState, frozenset[ReplicaState]] = {
+    _S.NEW: frozenset({_S.NON_EXISTENT}),
+    _S.ONLINE: frozenset({_S.NEW, _S.ONLINE, _S.OFFLINE, _S.DELETION_INELIGIBLE}),
+    _S.OFFLINE: frozenset({_S.NEW, _S.ONLINE, _S.OFFLINE, _S.DELETION_INELIGIBLE}),
+    _S.DELETION_STARTED: frozenset({_S.OFFLINE}),
+    _S.DELETION_SUCCESSFUL: frozenset({_S.DELETION_STARTED}),
+    _S.DELETION_INELIGIBLE: frozenset({_S.OFFLINE, _S.DELETION_STARTED}),
+    _S.NON_EXISTENT: frozenset({_S.DELETION_SUCCESSFUL}),
+}
+
+
+@dataclass
+class ReplicaChangeResult:
+    invalid: set[PartitionAndReplica] = field(default_factory=set)
+
+
+class ReplicaStateMachine:
+    def __init__(
+        self,
+        ctx: ControllerContext,
+        store: PartitionStateStore,
+        batch: RequestBatch,
+        state_log: StateChangeLog,
+        controller_id: int,
+    ) -> None:
+        self.ctx = ctx
+        self.store = store
+        self.batch = batch
+        self.state_log = state_log
+        self.controller_id = controller_id
+        self.states: dict[PartitionAndReplica, ReplicaState] = {}
+
+    def __repr__(self) -> str:
+        counts: dict[str, int] = {}
+        for state in self.states.values():
+            counts[state.value] = counts.get(state.value, 0) + 1
+        return f"ReplicaStateMachine({counts})"
+
+    def initialize(self) -> None:
+        """On failover: online replicas -> Online, the others -> ReplicaDeletionIneligible."""
+        self.states.clear()
+        for replica in self.ctx.all_replicas(self.ctx.all_partitions()):
+            online = self.ctx.is_replica_online(replica.replica, replica.tp)
+            self.states[replica] = ReplicaState.ONLINE if online else ReplicaState.DELETION_INELIGIBLE
+
+    def state(self, replica: PartitionAndReplica) -> ReplicaState:
+        return self.states.get(replica, ReplicaState.NON_EXISTENT)
+
+    def replicas_in(self, topic: str, *states: ReplicaState) -> set[PartitionAndReplica]:
+        wanted = set(states)
+        return {r for r, s in self.states.items() if r.tp.topic == topic and s in wanted}
+
+    def remove(self, replicas: Iterable[PartitionAndReplica]) -> None:
+        for replica in replicas:
+            self.states.pop(replica, None)
+
+    async def handle_state_changes(
+        self, replicas: Iterable[PartitionAndReplica], target: ReplicaState
+    ) -> ReplicaChangeResult:
+        result = ReplicaChangeResult()
+        valid: list[PartitionAndReplica] = []
+        for replica in sorted(replicas):
+            current = self.state(replica)
+            if current in VALID_PREVIOUS_STATES[target]:
+                valid.append(replica)
+            else:
+                result.invalid.add(replica)
+                log.error(
+                    "controller %d epoch %d: refusing invalid replica state change of %s from %s to %s",
+                    self.controller_id,
+                    self.ctx.epoch,
+                    replica,
+                    current.value,
+                    target.value,
+                )
+        if not valid:
+            return result
+        if target is ReplicaState.NEW:
+            self._to_new(valid)
+        elif target is ReplicaState.ONLINE:
+            self._to_online(valid)
+        elif target is ReplicaState.OFFLINE:
+            await self._to_offline(valid)
+        elif target is ReplicaState.DELETION_STARTED:
+            for replica in valid:
+                self.batch.add_stop_replica([replica.replica], replica.tp, delete=True)
+                self.states[replica] = target
+        elif target is ReplicaState.NON_EXISTENT:
+            for replica in valid:
+                assignment = self.ctx.assignment(replica.tp)
+                if assignment is not None:
+                    self.ctx.set_assignment(
+                        replica.tp,
+                        ReplicaAssignment(
+                            tuple(r for r in assignment.replicas if r != replica.replica),
+                            tuple(r for r in assignment.adding if r != replica.replica),
+                            tuple(r for r in assignment.removing if r != replica.replica),
+                        ),
+                    )
+                self.states.pop(replica, None)
+        else:
+            for replica in valid:
+                self.states[replica] = target
+        return result
+
+    def _to_new(self, replicas: list[PartitionAndReplica]) -> None:
+        for replica in replicas:
+            state = self.ctx.partition_states.get(replica.tp)
+            assignment = self.ctx.assignment(replica.tp)
+            if state is not None and assignment is not None:
+                if state.leader == replica.replica:
+                    log.error(
+                        "controller %d: replica %s cannot become New: it is the leader", self.controller_id, replica
+                    )
+                    continue
+                self.batch.add_leader_and_isr([replica.replica], replica.tp, state, assignment, is_new=True)
+            self.states[replica] = ReplicaState.NEW
+
+    def _to_online(self, replicas: list[PartitionAndReplica]) -> None:
+        for replica in replicas:
+            assignment = self.ctx.assignment(replica.tp)
+            if self.state(replica) is ReplicaState.NEW:
+                if assignment is not None and replica.replica not in assignment.replicas:
+                    self.ctx.set_assignment(
+                        replica.tp,
+                        ReplicaAssignment(
+                            (*assignment.replicas, replica.replica), assignment.adding, assignment.removing
+                        ),
+                    )
+            else:
+                state = self.ctx.partition_states.get(replica.tp)
+                if state is not None and assignment is not None:
+                    self.batch.add_leader_and_isr([replica.replica], replica.tp, state, assignment, is_new=False)
+            self.states[replica] = ReplicaState.ONLINE
+
+    async def _to_offline(self, replicas: list[PartitionAndReplica]) -> None:
+        by_broker: dict[int, list[TopicPartition]] = {}
+        for replica in replicas:
+            self.batch.add_stop_replica([replica.replica], replica.tp, delete=False)
+            by_broker.setdefault(replica.replica, []).append(replica.tp)
+        for broker_id, partitions in sorted(by_broker.items()):
+            with_state = [tp for tp in partitions if tp in self.ctx.partition_states]
+            without_state = [tp for tp in partitions if tp not in self.ctx.partition_states]
+            updated, error = await self.remove_replica_from_isr(broker_id, with_state)
+            for tp, state in updated.items():
+                if self.ctx.is_topic_queued_for_deletion(tp.topic):
+                    continue
+                assignment = self.ctx.assignment(tp)
+                assert assignment is not None
+                others = [r for r in assignment.replicas if r != broker_id]
+                self.batch.add_leader_and_isr(others, tp, state, assignment, is_new=False)
+            if without_state:
+                self.batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, without_state)
+            for tp in partitions:
+                self.states[PartitionAndReplica(tp, broker_id)] = ReplicaState.OFFLINE
+            if error is not None:
+                raise error  # after the committed writes' requests are in the batch
+
+    async def remove_replica_from_isr(
+        self, broker_id: int, partitions: list[TopicPartition]
+    ) -> tuple[dict[TopicPartition, LeaderIsrAndControllerEpoch], ControllerError | None]:
+        """Write the partitions' states without `broker_id` in the ISR (ReplicaStateMachine.
+        removeReplicasFromIsr): leader -1 if it led, a one-member ISR kept, leader epoch + 1.
+        Returns the states written and, if ZooKeeper failed part-way, the error to raise once
+        the caller has queued the requests of what was written."""
+        updated: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
+        remaining = list(partitions)
+        # Kafka's doRemoveReplicasFromIsr reads the states from ZooKeeper first: the cache can
+        # miss an ISR a broker just grew (its notification not processed yet), and a replica
+        # missing from a stale ISR would stay in the real one (the simulation found that).
+        for tp, fresh_state in (await self.store.read(remaining)).items():
+            if fresh_state is not None:
+                self.ctx.partition_states[tp] = fresh_state
+        for _attempt in range(MAX_WRITE_ATTEMPTS):
+            proposals: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
+            for tp in remaining:
+                current = self.ctx.partition_states.get(tp)
+                if current is None or broker_id not in current.isr:
+                    continue
+                if current.controller_epoch > self.ctx.epoch:
+                    raise ControllerMovedError(
+                        f"{tp} was written by controller epoch {current.controller_epoch} > ours {self.ctx.epoch}"
+                    )
+                leader = NO_LEADER if current.leader == broker_id else current.leader
+                isr = current.isr if len(current.isr) == 1 else tuple(r for r in current.isr if r != broker_id)
+                proposals[tp] = LeaderIsrAndControllerEpoch(
+                    leader, current.leader_epoch + 1, isr, current.zk_version, self.ctx.epoch
+                )
+            if not proposals:
+                break
+            outcome = await self.store.update(proposals)
+            for tp, version in outcome.written.items():
+                p = proposals[tp]
+                state = LeaderIsrAndControllerEpoch(p.leader, p.leader_epoch, p.isr, version, p.controller_epoch)
+                previous = self.ctx.partition_states[tp]
+                self.ctx.partition_states[tp] = state
+                updated[tp] = state
+                if state.leader == NO_LEADER and previous.leader != NO_LEADER:
+                    self.state_log.record(
+                        "partition.offline",
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        leader=NO_LEADER,
+                        leader_epoch=state.leader_epoch,
+                        isr=list(state.isr),
+                        prev_leader=previous.leader,
+                        controller_epoch=self.ctx.epoch,
+                    )
+            if outcome.error is not None:
+                return updated, outcome.error
+            remaining = sorted(outcome.conflicts)
+            if not remaining:
+                break
+            fresh = await self.store.read(remaining)
+            for tp, fresh_state in fresh.items():
+                if fresh_state is None:
+                    self.ctx.partition_states.pop(tp, None)
+                    continue
+                self.ctx.partition_states[tp] = fresh_state
+                if broker_id not in fresh_state.isr and fresh_state.controller_epoch == self.ctx.epoch:
+                    # Our own write, applied with its reply lost (the retry met its version):
+                    # nothing else announces it, so its requests go out as if just written.
+                    updated[tp] = fresh_state
+        return updated, None

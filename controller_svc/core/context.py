@@ -1,0 +1,204 @@
+"""ControllerContext: the active controller's in-memory cache of cluster metadata.
+
+No I/O. Only the event consumer task reads or changes it (one owner of state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from controller_svc.common.model import (
+    BrokerInfo,
+    LeaderIsrAndControllerEpoch,
+    PartitionAndReplica,
+    ReplicaAssignment,
+    TopicPartition,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerDiff:
+    new: frozenset[int]
+    dead: frozenset[int]
+    bounced: frozenset[int]
+    changed_endpoints: frozenset[int]
+
+    def __bool__(self) -> bool:
+        return bool(self.new or self.dead or self.bounced or self.changed_endpoints)
+
+
+def diff_brokers(known: dict[int, BrokerInfo], current: dict[int, BrokerInfo]) -> BrokerDiff:
+    """Kafka's BrokerChange diff: a broker whose registration czxid went up is *bounced*
+    (KAFKA-5845): handled as a failure followed by a start-up."""
+    new = current.keys() - known.keys()
+    dead = known.keys() - current.keys()
+    both = current.keys() & known.keys()
+    bounced = {b for b in both if current[b].epoch > known[b].epoch}
+    changed = {b for b in both - bounced if current[b].endpoints != known[b].endpoints}
+    return BrokerDiff(frozenset(new), frozenset(dead), frozenset(bounced), frozenset(changed))
+
+
+@dataclass
+class ControllerContext:
+    epoch: int = 0
+    epoch_zk_version: int = -1
+    live_brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    shutting_down_broker_ids: set[int] = field(default_factory=set)
+    assignments: dict[str, dict[int, ReplicaAssignment]] = field(default_factory=dict)
+    partition_states: dict[TopicPartition, LeaderIsrAndControllerEpoch] = field(default_factory=dict)
+    # broker id -> partitions whose replica on that broker sits on a failed log dir
+    replicas_on_offline_dirs: dict[int, set[TopicPartition]] = field(default_factory=dict)
+    topics_to_be_deleted: set[str] = field(default_factory=set)
+    topics_ineligible_for_deletion: set[str] = field(default_factory=set)
+    topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    topic_ids: dict[str, str] = field(default_factory=dict)
+    # topic -> version of its znode that did not parse (reported once per version)
+    malformed_topics: dict[str, int] = field(default_factory=dict)
+    # every broker id this controller has seen registered (a reassignment may target a broker
+    # that is down right now, but not one that never existed)
+    known_broker_ids: set[int] = field(default_factory=set)
+
+    def __repr__(self) -> str:
+        return (
+            f"ControllerContext(epoch={self.epoch}, live_brokers={sorted(self.live_brokers)}, "
+            f"shutting_down={sorted(self.shutting_down_broker_ids)}, topics={len(self.assignments)}, "
+            f"partitions={self.partition_count})"
+        )
+
+    # --- brokers ---------------------------------------------------------------------------------
+
+    @property
+    def live_broker_ids(self) -> set[int]:
+        """Live and not shutting down (ControllerContext.liveBrokerIds)."""
+        return set(self.live_brokers) - self.shutting_down_broker_ids
+
+    @property
+    def live_or_shutting_down_broker_ids(self) -> set[int]:
+        return set(self.live_brokers)
+
+    def broker_epoch(self, broker_id: int) -> int:
+        info = self.live_brokers.get(broker_id)
+        return info.epoch if info is not None else -1
+
+    def is_replica_online(self, broker_id: int, tp: TopicPartition, include_shutting_down: bool = False) -> bool:
+        if broker_id not in self.live_brokers:
+            return False
+        if not include_shutting_down and broker_id in self.shutting_down_broker_ids:
+            return False
+        return tp not in self.replicas_on_offline_dirs.get(broker_id, ())
+
+    def online_replicas(self, tp: TopicPartition, include_shutting_down: bool = False) -> set[int]:
+        return {r for r in self.replicas(tp) if self.is_replica_online(r, tp, include_shutting_down)}
+
+    # --- topics and partitions ---------------------------------------------------------------------
+
+    @property
+    def partition_count(self) -> int:
+        return sum(len(p) for p in self.assignments.values())
+
+    def assignment(self, tp: TopicPartition) -> ReplicaAssignment | None:
+        return self.assignments.get(tp.topic, {}).get(tp.partition)
+
+    def replicas(self, tp: TopicPartition) -> tuple[int, ...]:
+        assignment = self.assignment(tp)
+        return assignment.replicas if assignment is not None else ()
+
+    def set_assignment(self, tp: TopicPartition, assignment: ReplicaAssignment) -> None:
+        self.assignments.setdefault(tp.topic, {})[tp.partition] = assignment
+
+    def all_partitions(self) -> list[TopicPartition]:
+        return [TopicPartition(t, p) for t, parts in self.assignments.items() for p in parts]
+
+    def partitions_for_topic(self, topic: str) -> list[TopicPartition]:
+        return [TopicPartition(topic, p) for p in sorted(self.assignments.get(topic, {}))]
+
+    def partitions_on_brokers(self, broker_ids: Iterable[int]) -> set[TopicPartition]:
+        wanted = set(broker_ids)
+        return {
+            TopicPartition(t, p)
+            for t, parts in self.assignments.items()
+            for p, a in parts.items()
+            if wanted.intersection(a.replicas)
+        }
+
+    def replicas_on_brokers(self, broker_ids: Iterable[int]) -> set[PartitionAndReplica]:
+        wanted = set(broker_ids)
+        return {
+            PartitionAndReplica(TopicPartition(t, p), r)
+            for t, parts in self.assignments.items()
+            for p, a in parts.items()
+            for r in a.replicas
+            if r in wanted
+        }
+
+    def partitions_led_by(self, broker_ids: Iterable[int]) -> set[TopicPartition]:
+        wanted = set(broker_ids)
+        return {tp for tp, s in self.partition_states.items() if s.leader in wanted}
+
+    def all_replicas(self, partitions: Iterable[TopicPartition]) -> set[PartitionAndReplica]:
+        return {PartitionAndReplica(tp, r) for tp in partitions for r in self.replicas(tp)}
+
+    def offline_replicas(self, tp: TopicPartition) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas(tp) if not self.is_replica_online(r, tp, include_shutting_down=True))
+
+    @property
+    def partitions_being_reassigned(self) -> set[TopicPartition]:
+        return {
+            TopicPartition(t, p)
+            for t, parts in self.assignments.items()
+            for p, a in parts.items()
+            if a.is_being_reassigned
+        }
+
+    def is_known_broker(self, broker_id: int) -> bool:
+        if broker_id in self.live_brokers or broker_id in self.known_broker_ids:
+            return True
+        return any(broker_id in a.replicas for parts in self.assignments.values() for a in parts.values())
+
+    def is_topic_queued_for_deletion(self, topic: str) -> bool:
+        return topic in self.topics_to_be_deleted
+
+    def unclean_election_enabled(self, topic: str, cluster_default: bool) -> bool:
+        value = self.topic_configs.get(topic, {}).get("unclean.leader.election.enable")
+        if value is None:
+            return cluster_default
+        return value.strip().lower() == "true"
+
+    def remove_topic(self, topic: str) -> None:
+        for tp in self.partitions_for_topic(topic):
+            self.partition_states.pop(tp, None)
+            for offline in self.replicas_on_offline_dirs.values():
+                offline.discard(tp)
+        self.assignments.pop(topic, None)
+        self.topic_configs.pop(topic, None)
+        self.topic_ids.pop(topic, None)
+        self.topics_to_be_deleted.discard(topic)
+        self.topics_ineligible_for_deletion.discard(topic)
+
+    def preferred_replica_imbalance_count(self) -> int:
+        """Partitions whose leader is not their preferred (first) replica, not being deleted."""
+        count = 0
+        for topic, parts in self.assignments.items():
+            if topic in self.topics_to_be_deleted:
+                continue
+            for partition, assignment in parts.items():
+                state = self.partition_states.get(TopicPartition(topic, partition))
+                if state is not None and assignment.replicas and state.leader != assignment.replicas[0]:
+                    count += 1
+        return count
+
+    def reset(self) -> None:
+        self.epoch = 0
+        self.epoch_zk_version = -1
+        self.live_brokers.clear()
+        self.shutting_down_broker_ids.clear()
+        self.assignments.clear()
+        self.partition_states.clear()
+        self.replicas_on_offline_dirs.clear()
+        self.topics_to_be_deleted.clear()
+        self.topics_ineligible_for_deletion.clear()
+        self.topic_configs.clear()
+        self.topic_ids.clear()
+        self.malformed_topics.clear()
+        self.known_broker_ids.clear()

@@ -1,0 +1,324 @@
+"""The request batch (ControllerBrokerRequestBatch, reference section 6).
+
+State changes add requests here; `send` turns them into one LeaderAndIsr, one
+UpdateMetadata and one StopReplica request per broker, in that order, each carrying that
+broker's epoch, and hands them to a `RequestSink` (the channel manager). Building is pure.
+
+Rules: one state per (broker, partition), last write wins; `is_new` is sticky; a
+LeaderAndIsr also queues an UpdateMetadata of that partition to every live or
+shutting-down broker; the StopReplica delete flag is sticky and its leader epoch is -2 for a
+topic being deleted; UpdateMetadata marks such a topic's partitions with leader -2.
+Starting a batch while one is pending is a bug (IllegalStateError: the controller resigns).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from controller_svc.common.errors import IllegalStateError
+from controller_svc.common.model import (
+    LEADER_DURING_DELETE,
+    NO_LEADER,
+    BrokerInfo,
+    LeaderIsrAndControllerEpoch,
+    ReplicaAssignment,
+    TopicPartition,
+)
+from controller_svc.core.context import ControllerContext
+from kcontroller.v1 import broker_pb2, common_pb2
+
+EPOCH_DURING_DELETE = -2
+NO_EPOCH = -1
+
+API_LEADER_AND_ISR = "LeaderAndIsr"
+API_UPDATE_METADATA = "UpdateMetadata"
+API_STOP_REPLICA = "StopReplica"
+
+ResponseCallback = Callable[[int, str, Any], None]
+# A StopReplica response, with the partitions whose request had delete=true (only those answer
+# for topic deletion: Kafka's sendStopReplicaRequests, isPartitionDeleted) and the broker epoch
+# the request was sent to (an answer from a previous incarnation of the broker is stale).
+StopReplicaCallback = Callable[[int, Any, frozenset[TopicPartition], int], None]
+
+
+def _answer_deletion(
+    callback: StopReplicaCallback,
+    deleted: frozenset[TopicPartition],
+    broker_epoch: int,
+    broker_id: int,
+    _api: str,
+    response: Any,
+) -> None:
+    callback(broker_id, response, deleted, broker_epoch)
+
+
+class RequestSink(Protocol):
+    def send(self, broker_id: int, api: str, request: Any, callback: ResponseCallback | None) -> bool: ...
+
+
+def live_broker_message(info: BrokerInfo) -> common_pb2.LiveBroker:
+    return common_pb2.LiveBroker(
+        id=info.broker_id,
+        endpoints=[
+            common_pb2.Endpoint(listener=e.listener, host=e.host, port=e.port, security_protocol=e.security_protocol)
+            for e in info.endpoints
+        ],
+        rack=info.rack or "",
+        broker_epoch=info.epoch,
+    )
+
+
+@dataclass(slots=True)
+class PreSerialized:
+    """A request whose large shared part is serialized once for every broker.
+
+    Protobuf messages concatenate on the wire (repeated fields append, scalars take the last
+    value), so `head` (per-broker scalars) + `body` (partition states and live brokers, the same
+    for every broker) parse on the broker as one UpdateMetadataRequest."""
+
+    head: Any
+    body: bytes
+    partition_count: int
+
+    @property
+    def partitions(self) -> range:  # for logging: len(request.partitions)
+        return range(self.partition_count)
+
+    @property
+    def correlation_id(self) -> int:
+        return int(self.head.correlation_id)
+
+    @correlation_id.setter
+    def correlation_id(self, value: int) -> None:
+        self.head.correlation_id = value
+
+    def serialize(self) -> bytes:
+        return bytes(self.head.SerializeToString()) + self.body
+
+
+def metadata_partition_states(ctx: ControllerContext, partitions: Iterable[TopicPartition]) -> list[Any]:
+    """UpdateMetadataPartitionState of each partition, with the lookups hoisted (failover sends
+    every partition to every broker). A partition with no state znode yet is announced without
+    a leader, a topic being deleted with leader -2."""
+    live = ctx.live_or_shutting_down_broker_ids
+    offline_dirs = {b: tps for b, tps in ctx.replicas_on_offline_dirs.items() if tps}
+    deleting = ctx.topics_to_be_deleted
+    states = ctx.partition_states
+    assignments = ctx.assignments
+    make = common_pb2.PartitionState
+    result = []
+    for tp in partitions:
+        topic, partition = tp.topic, tp.partition
+        assignment = assignments.get(topic, {}).get(partition)
+        replicas = list(assignment.replicas) if assignment is not None else []
+        if offline_dirs:
+            offline = [r for r in replicas if r not in live or tp in offline_dirs.get(r, ())]
+        else:
+            offline = [r for r in replicas if r not in live]
+        state = states.get(tp)
+        if state is None:
+            result.append(
+                make(
+                    topic=topic,
+                    partition=partition,
+                    controller_epoch=ctx.epoch,
+                    leader=LEADER_DURING_DELETE if topic in deleting else NO_LEADER,
+                    leader_epoch=-1,
+                    zk_version=-1,
+                    replicas=replicas,
+                    offline_replicas=offline,
+                )
+            )
+        else:
+            result.append(
+                make(
+                    topic=topic,
+                    partition=partition,
+                    controller_epoch=state.controller_epoch,
+                    leader=LEADER_DURING_DELETE if topic in deleting else state.leader,
+                    leader_epoch=state.leader_epoch,
+                    isr=state.isr,
+                    zk_version=state.zk_version,
+                    replicas=replicas,
+                    offline_replicas=offline,
+                )
+            )
+    return result
+
+
+@dataclass(slots=True)
+class _StopReplica:
+    delete: bool
+    leader_epoch: int
+
+
+@dataclass
+class RequestBatch:
+    controller_id: int
+    ctx: ControllerContext
+    on_leader_and_isr_response: ResponseCallback | None = None
+    on_stop_replica_response: StopReplicaCallback | None = None
+    controller_endpoint: str = ""
+    leader_and_isr: dict[int, dict[TopicPartition, common_pb2.PartitionState]] = field(default_factory=dict)
+    update_metadata_brokers: set[int] = field(default_factory=set)
+    update_metadata_partitions: set[TopicPartition] = field(default_factory=set)
+    stop_replica: dict[int, dict[TopicPartition, _StopReplica]] = field(default_factory=dict)
+    _open: bool = False
+
+    def __repr__(self) -> str:
+        return (
+            f"RequestBatch(open={self._open}, leader_and_isr={ {b: len(p) for b, p in self.leader_and_isr.items()} }, "
+            f"update_metadata={sorted(self.update_metadata_brokers)}x{len(self.update_metadata_partitions)}, "
+            f"stop_replica={ {b: len(p) for b, p in self.stop_replica.items()} })"
+        )
+
+    @property
+    def is_pending(self) -> bool:
+        return bool(self.leader_and_isr or self.update_metadata_brokers or self.stop_replica)
+
+    def new_batch(self) -> None:
+        if self._open or self.is_pending:
+            raise IllegalStateError(f"a new request batch was started while one is pending: {self!r}")
+        self._open = True
+
+    def clear(self) -> None:
+        self.leader_and_isr.clear()
+        self.update_metadata_brokers.clear()
+        self.update_metadata_partitions.clear()
+        self.stop_replica.clear()
+        self._open = False
+
+    def add_leader_and_isr(
+        self,
+        broker_ids: Iterable[int],
+        tp: TopicPartition,
+        state: LeaderIsrAndControllerEpoch,
+        assignment: ReplicaAssignment,
+        is_new: bool,
+    ) -> None:
+        for broker_id in broker_ids:
+            if broker_id < 0:
+                continue
+            per_broker = self.leader_and_isr.setdefault(broker_id, {})
+            previous = per_broker.get(tp)
+            per_broker[tp] = common_pb2.PartitionState(
+                topic=tp.topic,
+                partition=tp.partition,
+                controller_epoch=state.controller_epoch,
+                leader=state.leader,
+                leader_epoch=state.leader_epoch,
+                isr=list(state.isr),
+                zk_version=state.zk_version,
+                replicas=list(assignment.replicas),
+                adding_replicas=list(assignment.adding),
+                removing_replicas=list(assignment.removing),
+                is_new=is_new or (previous is not None and previous.is_new),
+            )
+        self.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, [tp])
+
+    def add_update_metadata(self, broker_ids: Iterable[int], partitions: Iterable[TopicPartition]) -> None:
+        self.update_metadata_brokers.update(b for b in broker_ids if b >= 0)
+        self.update_metadata_partitions.update(partitions)
+
+    def add_stop_replica(self, broker_ids: Iterable[int], tp: TopicPartition, delete: bool) -> None:
+        if self.ctx.is_topic_queued_for_deletion(tp.topic):
+            leader_epoch = EPOCH_DURING_DELETE
+        else:
+            state = self.ctx.partition_states.get(tp)
+            leader_epoch = state.leader_epoch if state is not None else NO_EPOCH
+        for broker_id in broker_ids:
+            if broker_id < 0:
+                continue
+            per_broker = self.stop_replica.setdefault(broker_id, {})
+            previous = per_broker.get(tp)
+            per_broker[tp] = _StopReplica(delete or (previous is not None and previous.delete), leader_epoch)
+
+    def build(self) -> list[tuple[int, str, Any]]:
+        """The requests to send, in per-broker order LeaderAndIsr, UpdateMetadata, StopReplica;
+        only for live or shutting-down brokers."""
+        ctx = self.ctx
+        live = ctx.live_or_shutting_down_broker_ids
+        requests: list[tuple[int, str, Any]] = []
+        for broker_id in sorted(self.leader_and_isr):
+            if broker_id not in live:
+                continue
+            states = self.leader_and_isr[broker_id]
+            leaders = {s.leader for s in states.values()}
+            requests.append(
+                (
+                    broker_id,
+                    API_LEADER_AND_ISR,
+                    broker_pb2.LeaderAndIsrRequest(
+                        controller_id=self.controller_id,
+                        controller_epoch=ctx.epoch,
+                        broker_epoch=ctx.broker_epoch(broker_id),
+                        partition_states=[states[tp] for tp in sorted(states)],
+                        live_leaders=[live_broker_message(ctx.live_brokers[b]) for b in sorted(leaders) if b in live],
+                    ),
+                )
+            )
+        if self.update_metadata_brokers:
+            metadata_partitions = sorted(self.update_metadata_partitions)
+            body = broker_pb2.UpdateMetadataRequest(
+                partition_states=metadata_partition_states(ctx, metadata_partitions),
+                live_brokers=[live_broker_message(ctx.live_brokers[b]) for b in sorted(ctx.live_brokers)],
+            ).SerializeToString()
+            for broker_id in sorted(self.update_metadata_brokers):
+                if broker_id not in live:
+                    continue
+                head = broker_pb2.UpdateMetadataRequest(
+                    controller_id=self.controller_id,
+                    controller_epoch=ctx.epoch,
+                    broker_epoch=ctx.broker_epoch(broker_id),
+                    controller_endpoint=self.controller_endpoint,
+                )
+                requests.append((broker_id, API_UPDATE_METADATA, PreSerialized(head, body, len(metadata_partitions))))
+        for broker_id in sorted(self.stop_replica):
+            if broker_id not in live:
+                continue
+            partitions = self.stop_replica[broker_id]
+            requests.append(
+                (
+                    broker_id,
+                    API_STOP_REPLICA,
+                    broker_pb2.StopReplicaRequest(
+                        controller_id=self.controller_id,
+                        controller_epoch=ctx.epoch,
+                        broker_epoch=ctx.broker_epoch(broker_id),
+                        partitions=[
+                            broker_pb2.StopReplicaPartition(
+                                topic=tp.topic,
+                                partition=tp.partition,
+                                leader_epoch=partitions[tp].leader_epoch,
+                                delete_partition=partitions[tp].delete,
+                            )
+                            for tp in sorted(partitions)
+                        ],
+                    ),
+                )
+            )
+        return requests
+
+    def send(self, sink: RequestSink) -> int:
+        """Send everything and close the batch; returns the number of requests."""
+        try:
+            requests = self.build()
+            for broker_id, api, request in requests:
+                callback: ResponseCallback | None = None
+                if api == API_LEADER_AND_ISR:
+                    callback = self.on_leader_and_isr_response
+                elif api == API_STOP_REPLICA and self.on_stop_replica_response is not None:
+                    deleted = frozenset(
+                        TopicPartition(p.topic, p.partition) for p in request.partitions if p.delete_partition
+                    )
+                    if deleted:
+                        callback = functools.partial(
+                            _answer_deletion, self.on_stop_replica_response, deleted, int(request.broker_epoch)
+                        )
+                sink.send(broker_id, api, request, callback)
+            return len(requests)
+        finally:
+            self.clear()
