@@ -12,8 +12,15 @@ from dataclasses import dataclass, replace
 
 from broker_stub.state import BrokerState, PartitionRole
 from controller_svc.adapters.zk import codecs, paths
-from controller_svc.adapters.zk.client import MultiOpError, ZkClient
-from controller_svc.common.errors import CorruptZnodeError, ErrorCode, ZkBadVersionError, ZkNoNodeError
+from controller_svc.adapters.zk.client import ZkClient
+from controller_svc.common.errors import (
+    CorruptZnodeError,
+    ErrorCode,
+    ZkBadVersionError,
+    ZkNodeExistsError,
+    ZkNoNodeError,
+    ZkNotAuthorizedError,
+)
 from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -111,7 +118,7 @@ async def update_isrs(
         ).encode()
         try:
             await zk.create(f"{paths.ISR_CHANGE_NOTIFICATION}/isr_change_", notification, sequential=True)
-        except MultiOpError as e:
+        except (ZkNoNodeError, ZkNodeExistsError, ZkNotAuthorizedError) as e:
             log.error("ISRs of %d partitions changed but the notification could not be written: %s", len(changed), e)
     return results
 

@@ -12,7 +12,7 @@ import logging
 import time
 
 from controller_svc.adapters.zk import codecs, paths
-from controller_svc.adapters.zk.client import MultiOpError, WatchKind, ZkClient
+from controller_svc.adapters.zk.client import WatchKind, ZkClient
 from controller_svc.common.errors import ControllerError, ZkBadVersionError, ZkNodeExistsError, ZkNoNodeError
 from controller_svc.common.model import BrokerInfo
 
@@ -49,9 +49,8 @@ class BrokerRegistration:
                     return result.stat.czxid
                 log.warning("%s was deleted right after we created it; registering again", self.path)
                 continue
-            except MultiOpError as e:
-                if not isinstance(e.cause, ZkNodeExistsError):
-                    raise e.cause from e
+            except ZkNodeExistsError:
+                pass
             got = await self.zk.get_or_none(self.path)
             if got is None:
                 continue

@@ -21,7 +21,7 @@ import grpc
 from controller_svc.common import metrics
 from controller_svc.common.model import BrokerInfo
 from controller_svc.common.state_change_log import StateChangeLog
-from controller_svc.common.tasks import cancel_and_wait, spawn
+from controller_svc.common.tasks import TaskDeathHandler, cancel_and_wait, spawn
 from controller_svc.common.tls import TlsFiles, aio_channel
 from controller_svc.core.request_batch import PreSerialized
 from kcontroller.v1 import broker_pb2, broker_pb2_grpc
@@ -124,6 +124,7 @@ class RequestSender:
         retry_backoff_s: float,
         correlation_ids: itertools.count[int],
         on_queue_change: Callable[[], None] = lambda: None,
+        on_death: TaskDeathHandler | None = None,
     ) -> None:
         self.broker = broker
         self.client = client
@@ -136,7 +137,7 @@ class RequestSender:
         self._on_queue_change = on_queue_change
         self._label = str(broker.broker_id)
         self.in_flight: QueueItem | None = None
-        self.task = spawn(self._run(), f"request-sender-{broker.broker_id}")
+        self.task = spawn(self._run(), f"request-sender-{broker.broker_id}", on_death)
 
     def __repr__(self) -> str:
         return f"RequestSender(broker={self.broker.broker_id}, queued={self.queue.qsize()})"
@@ -250,8 +251,12 @@ class ChannelManager:
         request_timeout_s: float,
         retry_backoff_s: float = 0.1,
         client_factory: ClientFactory = grpc_client_factory,
+        on_sender_death: TaskDeathHandler | None = None,
     ) -> None:
         self.controller_epoch = controller_epoch
+        # A sender that dies (a bug: it catches every error of a send) would leave its broker
+        # without requests for the rest of the term; the owner resigns rather than go on.
+        self._on_sender_death = on_sender_death
         self._state_log = state_log
         self._timeout_s = request_timeout_s
         self._backoff_s = retry_backoff_s
@@ -290,6 +295,7 @@ class ChannelManager:
             self._backoff_s,
             self._correlation_ids,
             self._update_total_queue_size,
+            self._on_sender_death,
         )
         self._senders[info.broker_id] = sender
         log.info("added channel to broker %d (%s)", info.broker_id, sender.client)

@@ -7,6 +7,7 @@ core only ever sees `ControllerError` subclasses (the httpcore `map_exceptions` 
 from __future__ import annotations
 
 import enum
+from typing import Self
 
 
 class ErrorCode(enum.IntEnum):
@@ -45,6 +46,14 @@ class ControllerError(Exception):
 
     code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
     retriable: bool = False
+    # Which op of a ZooKeeper multi this error answers (-1: no single op's answer). The ZooKeeper
+    # adapter translates each failure once, into these types, and says where it happened; call
+    # sites catch the error they mean (e.g. ZkNodeExistsError), never a wrapper to unwrap.
+    op_index: int = -1
+
+    def at_op(self, index: int) -> Self:
+        self.op_index = index
+        return self
 
 
 class ControllerMovedError(ControllerError):

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
@@ -15,21 +16,28 @@ T = TypeVar("T")
 _RUNNING: set[asyncio.Task[Any]] = set()
 
 
-def spawn(coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
-    """Start a background task whose death (other than cancellation) is logged loudly."""
+TaskDeathHandler = Callable[[str, BaseException], None]
+
+
+def spawn(coro: Coroutine[Any, Any, T], name: str, on_death: TaskDeathHandler | None = None) -> asyncio.Task[T]:
+    """Start a background task whose death (other than cancellation) is logged loudly and
+    reported to `on_death` (name, error): the owner decides what a dead task means (the
+    controller resigns, as Kafka's controller does when a component it depends on fails)."""
     task = asyncio.create_task(coro, name=name)
     _RUNNING.add(task)
-    task.add_done_callback(_on_done)
+    task.add_done_callback(functools.partial(_on_done, on_death))
     return task
 
 
-def _on_done(task: asyncio.Task[Any]) -> None:
+def _on_done(on_death: TaskDeathHandler | None, task: asyncio.Task[Any]) -> None:
     _RUNNING.discard(task)
     if task.cancelled():
         return
     error = task.exception()
     if error is not None:
         log.error("background task %s died: %r", task.get_name(), error, exc_info=error)
+        if on_death is not None:
+            on_death(task.get_name(), error)
 
 
 async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:

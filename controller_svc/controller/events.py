@@ -254,12 +254,72 @@ class ShutdownEventThread(Event):
     state: ControllerState = _event(ControllerState.CONTROLLER_SHUTDOWN)
 
 
+@dataclass(frozen=True, slots=True)
+class TermTaskDied(Event):
+    """A background task of the term of office (a request sender, the rebalance timer) died:
+    the controller resigns and releases /controller rather than run without it (Kafka's
+    triggerControllerMove); the next term starts from ZooKeeper."""
+
+    task_name: str = ""
+    error: str = ""
+    epoch: int = -1  # the term it belonged to: a late report must not end a later term
+    state: ControllerState = _event(ControllerState.CONTROLLER_CHANGE)
+
+
+# The closed set of events. `LifecycleEvent`s are handled by the controller whether or not it
+# is active (election, resignation, describe); `TermEvent`s only by an active controller's term
+# of office. Dispatch on each union is exhaustive (mypy checks it with assert_never).
+LifecycleEvent = (
+    Startup
+    | ControllerChange
+    | Reelect
+    | Expire
+    | RegisterBrokerAndReelect
+    | ControllerEpochChange
+    | RetryElection
+    | DescribeCluster
+    | TermTaskDied
+    | ShutdownEventThread
+)
+TermEvent = (
+    BrokerChange
+    | BrokerModifications
+    | TopicChange
+    | PartitionModifications
+    | CreateTopics
+    | IsrChangeNotification
+    | LogDirEventNotification
+    | TopicConfigChange
+    | LeaderAndIsrResponseReceived
+    | TopicDeletion
+    | DeleteTopics
+    | StopReplicaResponseReceived
+    | ZkPartitionReassignment
+    | ApiPartitionReassignment
+    | ListPartitionReassignments
+    | ZkPreferredReplicaElection
+    | ElectLeaders
+    | AutoPreferredReplicaLeaderElection
+    | ControlledShutdown
+)
+ControllerEvent = LifecycleEvent | TermEvent
+# The term events that answer an admin RPC through their reply future.
+AdminRequest = (
+    CreateTopics
+    | DeleteTopics
+    | ApiPartitionReassignment
+    | ListPartitionReassignments
+    | ElectLeaders
+    | ControlledShutdown
+)
+
+
 @dataclass(slots=True)
 class QueuedEvent:
     """An event in the queue, with the time it was enqueued and a future set once it has
     been processed (or preempted), so callers can await its processing."""
 
-    event: Event
+    event: ControllerEvent
     enqueued_at: float
     processed: asyncio.Future[None]
 
@@ -268,7 +328,7 @@ class QueuedEvent:
             self.processed.set_result(None)
 
 
-Handler = Callable[[Event], Awaitable[None]]
+Handler = Callable[[ControllerEvent], Awaitable[None]]
 
 
 class EventManager:
@@ -277,7 +337,7 @@ class EventManager:
         self._clock = clock
         self._queue: asyncio.Queue[QueuedEvent] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
-        self.current: Event | None = None
+        self.current: ControllerEvent | None = None
         self.processed_count = 0
 
     def __repr__(self) -> str:
@@ -297,13 +357,13 @@ class EventManager:
         await cancel_and_wait(task)
         self._drain()
 
-    def put(self, event: Event) -> QueuedEvent:
+    def put(self, event: ControllerEvent) -> QueuedEvent:
         queued = QueuedEvent(event, self._clock(), asyncio.get_running_loop().create_future())
         self._queue.put_nowait(queued)
         metrics.EVENT_QUEUE_SIZE.set(self._queue.qsize())
         return queued
 
-    def clear_and_put(self, event: Event) -> QueuedEvent:
+    def clear_and_put(self, event: ControllerEvent) -> QueuedEvent:
         """Preempt everything queued, then queue `event` (Kafka's clearAndPut, used by Expire)."""
         self._drain()
         return self.put(event)

@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controller_svc.adapters.zk import paths
-from controller_svc.adapters.zk.store import ControllerZkStore
 from controller_svc.common import metrics
 from controller_svc.common.errors import ErrorCode
 from controller_svc.common.model import TopicPartition
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.controller.partition_manager import PartitionManager
 from controller_svc.controller.partition_state_machine import PartitionState
+from controller_svc.controller.ports import ControllerStore
 from controller_svc.core.context import ControllerContext
 from controller_svc.core.election import ElectionStrategy
 
@@ -39,7 +39,7 @@ class LeaderBalancer:
         self,
         controller_id: int,
         ctx: ControllerContext,
-        store: ControllerZkStore,
+        store: ControllerStore,
         partitions: PartitionManager,
         state_log: StateChangeLog,
         imbalance_percentage: int,
@@ -109,7 +109,7 @@ class LeaderBalancer:
     async def process_zk_request(self) -> list[ElectionOutcome]:
         """/admin/preferred_replica_election (kafka-preferred-replica-election.sh --zookeeper):
         elect, then delete the znode whatever the outcome, as Kafka does."""
-        got = await self.store.zk.get_or_none(paths.PREFERRED_REPLICA_ELECTION, watch=True)
+        got = await self.store.get_or_none(paths.PREFERRED_REPLICA_ELECTION, watch=True)
         if got is None:
             return []
         partitions: list[TopicPartition] = []

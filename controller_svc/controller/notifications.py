@@ -8,17 +8,16 @@ from __future__ import annotations
 import logging
 
 from controller_svc.adapters.zk import paths
-from controller_svc.adapters.zk.loads import load_partition_states, load_topic_configs, read_notifications
-from controller_svc.adapters.zk.store import ControllerZkStore
 from controller_svc.common import metrics
 from controller_svc.common.model import TopicPartition
 from controller_svc.controller.partition_manager import PartitionManager
+from controller_svc.controller.ports import ControllerStore
 from controller_svc.core.context import ControllerContext
 
 log = logging.getLogger(__name__)
 
 
-async def clear_before_load(store: ControllerZkStore) -> str:
+async def clear_before_load(store: ControllerStore) -> str:
     """Failover, before the metadata is loaded (Kafka's onControllerFailover deletes the ISR-change
     and log-dir notifications before initializeControllerContext): what they announce is in the
     state the load reads next, and a notification written during the load is new and gets
@@ -27,12 +26,11 @@ async def clear_before_load(store: ControllerZkStore) -> str:
     KAFKA_STORAGE_ERROR answers to the start-up LeaderAndIsr. Returns the config-change
     high-water mark, taken now for the same reason: a change made during the load is either
     in what it read or above the mark."""
-    zk = store.zk
     for parent in (paths.ISR_CHANGE_NOTIFICATION, paths.LOG_DIR_EVENT_NOTIFICATION):
-        children = await zk.get_children_or_empty(parent, watch=True)
+        children = await store.children(parent, watch=True)
         if children:
             await store.fenced_delete([f"{parent}/{c}" for c in children])
-    changes = await zk.get_children_or_empty(paths.CONFIG_CHANGES, watch=True)
+    changes = await store.children(paths.CONFIG_CHANGES, watch=True)
     return max(changes, default="")
 
 
@@ -41,14 +39,13 @@ class NotificationProcessor:
         self,
         controller_id: int,
         ctx: ControllerContext,
-        store: ControllerZkStore,
+        store: ControllerStore,
         partitions: PartitionManager,
         last_config_change: str = "",
     ) -> None:
         self.controller_id = controller_id
         self.ctx = ctx
         self.store = store
-        self.zk = store.zk
         self.partitions = partitions
         self.last_config_change = last_config_change
 
@@ -57,7 +54,7 @@ class NotificationProcessor:
 
     async def process_isr_changes(self) -> list[TopicPartition]:
         """Reload the partitions named by ISR change notifications; returns them."""
-        notes = await read_notifications(self.zk, paths.ISR_CHANGE_NOTIFICATION, watch=True)
+        notes = await self.store.read_notifications(paths.ISR_CHANGE_NOTIFICATION)
         if not notes:
             return []
         changed: set[TopicPartition] = set()
@@ -76,14 +73,14 @@ class NotificationProcessor:
                     changed.add(TopicPartition(entry["topic"], entry["partition"]))
         known = sorted(tp for tp in changed if self.ctx.assignment(tp) is not None)
         if known:
-            await load_partition_states(self.zk, self.ctx, known)
+            await self.store.load_partition_states(self.ctx, known)
             log.info("controller %d: ISR changed for %d partitions", self.controller_id, len(known))
             await self.partitions.send_update_metadata(self.ctx.live_or_shutting_down_broker_ids, known)
         await self.store.fenced_delete([f"{paths.ISR_CHANGE_NOTIFICATION}/{name}" for name, _ in notes])
         return known
 
     async def process_log_dir_events(self) -> None:
-        notes = await read_notifications(self.zk, paths.LOG_DIR_EVENT_NOTIFICATION, watch=True)
+        notes = await self.store.read_notifications(paths.LOG_DIR_EVENT_NOTIFICATION)
         if not notes:
             return
         brokers: set[int] = set()
@@ -100,7 +97,7 @@ class NotificationProcessor:
         await self.store.fenced_delete([f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{name}" for name, _ in notes])
 
     async def process_config_changes(self) -> None:
-        notes = await read_notifications(self.zk, paths.CONFIG_CHANGES, watch=True)
+        notes = await self.store.read_notifications(paths.CONFIG_CHANGES)
         fresh = [(name, obj) for name, obj in notes if name > self.last_config_change]
         if not fresh:
             return
@@ -117,7 +114,7 @@ class NotificationProcessor:
         known = sorted(t for t in topics if t in self.ctx.assignments)
         if not known:
             return
-        configs = await load_topic_configs(self.zk, known)
+        configs = await self.store.load_topic_configs(known)
         enabled: set[str] = set()
         for topic in known:
             if topic in configs:

@@ -23,7 +23,6 @@ from typing import Any
 
 from controller_svc.adapters.zk import codecs, paths
 from controller_svc.adapters.zk.client import SetDataOp
-from controller_svc.adapters.zk.store import ControllerZkStore
 from controller_svc.common import metrics
 from controller_svc.common.errors import ControllerMovedError, ErrorCode
 from controller_svc.common.model import (
@@ -36,6 +35,7 @@ from controller_svc.common.model import (
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.controller.partition_manager import PartitionManager
 from controller_svc.controller.partition_state_machine import PartitionState
+from controller_svc.controller.ports import ControllerStore
 from controller_svc.controller.replica_state_machine import ReplicaState
 from controller_svc.controller.topic_deletion import TopicDeletionManager
 from controller_svc.core.context import ControllerContext
@@ -97,7 +97,7 @@ class ReassignmentManager:
         self,
         controller_id: int,
         ctx: ControllerContext,
-        store: ControllerZkStore,
+        store: ControllerStore,
         partitions: PartitionManager,
         deletion: TopicDeletionManager,
         state_log: StateChangeLog,
@@ -105,7 +105,6 @@ class ReassignmentManager:
         self.controller_id = controller_id
         self.ctx = ctx
         self.store = store
-        self.zk = store.zk
         self.partitions = partitions
         self.deletion = deletion
         self.state_log = state_log
@@ -233,7 +232,7 @@ class ReassignmentManager:
 
     async def process_zk_plan(self) -> None:
         """ZkPartitionReassignment: /admin/reassign_partitions was created or changed."""
-        got = await self.zk.get_or_none(paths.REASSIGN_PARTITIONS, watch=True)
+        got = await self.store.get_or_none(paths.REASSIGN_PARTITIONS, watch=True)
         if got is None:
             return
         entries, malformed = parse_legacy_plan(got[0])
@@ -556,5 +555,5 @@ class ReassignmentManager:
             },
             separators=(",", ":"),
         ).encode()
-        if await self.zk.exists(paths.REASSIGN_PARTITIONS) is not None:
+        if await self.store.exists(paths.REASSIGN_PARTITIONS):
             await self.store.fenced_multi([SetDataOp(paths.REASSIGN_PARTITIONS, data)])

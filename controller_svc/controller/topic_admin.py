@@ -5,7 +5,6 @@ and topics disappearing (KafkaController's TopicChange and PartitionModification
 from __future__ import annotations
 
 import base64
-import functools
 import json
 import logging
 import uuid
@@ -13,14 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from controller_svc.adapters.zk import codecs, paths
-from controller_svc.adapters.zk.client import CreateOp, MultiOpError, SetDataOp, WatchCallback, ZkOp
-from controller_svc.adapters.zk.loads import load_topic_configs, load_topic_names, load_topics
-from controller_svc.adapters.zk.store import ControllerZkStore
+from controller_svc.adapters.zk.client import CreateOp, SetDataOp, WatchCallback, ZkOp
 from controller_svc.common import metrics
 from controller_svc.common.errors import ControllerError, ControllerMovedError, ErrorCode, ZkNodeExistsError
 from controller_svc.common.model import ReplicaAssignment, TopicPartition
 from controller_svc.controller.events import NewTopic
 from controller_svc.controller.partition_manager import PartitionManager
+from controller_svc.controller.ports import ControllerStore
 from controller_svc.core.context import ControllerContext
 from controller_svc.core.topics import (
     InvalidPartitionsError,
@@ -64,14 +62,13 @@ class TopicAdmin:
         self,
         controller_id: int,
         ctx: ControllerContext,
-        store: ControllerZkStore,
+        store: ControllerStore,
         partitions: PartitionManager,
         on_topic_data: WatchCallback,
     ) -> None:
         self.controller_id = controller_id
         self.ctx = ctx
         self.store = store
-        self.zk = store.zk
         self.partitions = partitions
         self._on_topic_data = on_topic_data
         self._watched: set[str] = set()
@@ -82,9 +79,9 @@ class TopicAdmin:
     def watch_topics(self, topics: set[str]) -> None:
         """PartitionModifications handlers: one data watch per topic znode."""
         for topic in topics - self._watched:
-            self.zk.watch_data(paths.topic_path(topic), self._on_topic_data)
+            self.store.watch_data(paths.topic_path(topic), self._on_topic_data)
         for topic in self._watched - topics:
-            self.zk.unwatch(paths.topic_path(topic))
+            self.store.unwatch(paths.topic_path(topic))
         self._watched = set(topics)
 
     def _warn_unknown_brokers(self, topic: str, assignments: dict[int, ReplicaAssignment]) -> None:
@@ -100,7 +97,7 @@ class TopicAdmin:
             )
 
     async def process_topic_change(self) -> None:
-        names = set(await load_topic_names(self.zk, watch=True))
+        names = set(await self.store.load_topic_names(watch=True))
         deleted = set(self.ctx.assignments) - names
         for topic in sorted(deleted):
             log.info("controller %d: topic %s disappeared from ZooKeeper", self.controller_id, topic)
@@ -117,8 +114,8 @@ class TopicAdmin:
         self.partitions.update_metrics()
 
     async def _add_topics(self, topics: Sequence[str]) -> None:
-        loaded = await load_topics(self.zk, topics, watch=True, known_bad=self.ctx.malformed_topics)
-        configs = await load_topic_configs(self.zk, sorted(loaded))
+        loaded = await self.store.load_topics(topics, watch=True, known_bad=self.ctx.malformed_topics)
+        configs = await self.store.load_topic_configs(sorted(loaded))
         new_partitions: list[TopicPartition] = []
         for topic in sorted(loaded):
             if topic in self.ctx.assignments:
@@ -144,7 +141,7 @@ class TopicAdmin:
             return
         if topic not in self.ctx.assignments:
             return
-        loaded = await load_topics(self.zk, [topic], watch=True, known_bad=self.ctx.malformed_topics)
+        loaded = await self.store.load_topics([topic], watch=True, known_bad=self.ctx.malformed_topics)
         if topic not in loaded:
             return  # deleted (TopicChange follows) or malformed (already logged and counted)
         current = self.ctx.assignments[topic]
@@ -200,7 +197,7 @@ class TopicAdmin:
         for request in requests:
             try:
                 assignment, configs = self._plan(request, planned)
-                if await self.zk.exists(paths.topic_path(request.name)) is not None:
+                if await self.store.exists(paths.topic_path(request.name)):
                     raise TopicExistsError(f"topic {request.name!r} already exists in ZooKeeper")
             except (ControllerError, InvalidReplicaAssignmentError) as e:
                 metrics.ADMIN_REQUEST_ERRORS.labels("CreateTopics", e.code.name).inc()
@@ -225,11 +222,10 @@ class TopicAdmin:
             except ControllerMovedError:
                 raise
             except ControllerError as e:
-                cause = e.cause if isinstance(e, MultiOpError) else e
-                code = ErrorCode.TOPIC_ALREADY_EXISTS if isinstance(cause, ZkNodeExistsError) else cause.code
+                code = ErrorCode.TOPIC_ALREADY_EXISTS if isinstance(e, ZkNodeExistsError) else e.code
                 metrics.ADMIN_REQUEST_ERRORS.labels("CreateTopics", code.name).inc()
-                log.error("CreateTopics %s failed while writing it: %s", name, cause)
-                results[index] = CreateTopicResult(name, int(code), f"writing the topic failed: {cause}")
+                log.error("CreateTopics %s failed while writing it: %s", name, e)
+                results[index] = CreateTopicResult(name, int(code), f"writing the topic failed: {e}")
                 continue
             written.append(name)
             self.ctx.assignments[name] = {p: ReplicaAssignment(r) for p, r in assignment.items()}
@@ -241,9 +237,7 @@ class TopicAdmin:
             return results
         self.watch_topics(set(self.ctx.assignments) | set(self.ctx.malformed_topics))
         # Arm the data watches of the new topic znodes (a read with watch=True does).
-        await self.zk.pipelined(
-            [functools.partial(self.zk.exists, paths.topic_path(name), watch=True) for name in written]
-        )
+        await self.store.arm_exists_watches([paths.topic_path(name) for name in written])
         new_partitions = [tp for name in written for tp in self.ctx.partitions_for_topic(name)]
         await self.partitions.on_new_partitions(new_partitions)
         return results
@@ -256,7 +250,7 @@ class TopicAdmin:
         config_path = f"{paths.CONFIG_TOPICS}/{name}"
         config_data = json.dumps({"version": 1, "config": configs}, separators=(",", ":")).encode()
         ops: list[ZkOp] = []
-        if await self.zk.exists(config_path) is None:
+        if not await self.store.exists(config_path):
             ops.append(CreateOp(config_path, config_data))
         else:
             ops.append(SetDataOp(config_path, config_data))

@@ -14,12 +14,12 @@ import logging
 from collections.abc import Iterable
 
 from controller_svc.adapters.zk import paths
-from controller_svc.adapters.zk.store import ControllerZkStore
 from controller_svc.common import metrics
 from controller_svc.common.model import PartitionAndReplica, TopicPartition
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.controller.partition_manager import PartitionManager
 from controller_svc.controller.partition_state_machine import PartitionState
+from controller_svc.controller.ports import ControllerStore
 from controller_svc.controller.replica_state_machine import ReplicaState
 from controller_svc.core.context import ControllerContext
 
@@ -31,7 +31,7 @@ class TopicDeletionManager:
         self,
         controller_id: int,
         ctx: ControllerContext,
-        store: ControllerZkStore,
+        store: ControllerStore,
         partitions: PartitionManager,
         state_log: StateChangeLog,
         delete_enabled: bool,

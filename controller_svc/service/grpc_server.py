@@ -29,7 +29,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     def __init__(self, controller: Controller) -> None:
         self.controller = controller
 
-    async def _submit(self, api: str, event: ev.ReplyEvent, response_type: type[T]) -> tuple[Any, T | None]:
+    async def _submit(self, api: str, event: ev.AdminRequest, response_type: type[T]) -> tuple[Any, T | None]:
         """Queue the event; on NOT_CONTROLLER (or another controller error) build the error
         response naming the active controller."""
         try:

@@ -38,9 +38,11 @@ async def test_resignation_removes_every_watch_and_timer_that_failover_set(chroo
         await started.processed
         assert controller.is_active
         first_term = zk.watch_counts()
-        term_paths = {path for _children, path, _callback in controller._term_watches()}
+        assert controller.term is not None
+        first = controller.term
+        term_paths = {path for _children, path, _callback in first.watches()}
         assert len(term_paths) == 8 and term_paths <= set(first_term)
-        first_timer = controller._rebalance_task
+        first_timer = first._rebalance_task
         assert first_timer is not None and not first_timer.done()
         first_epoch = controller.context.epoch
 
@@ -51,8 +53,10 @@ async def test_resignation_removes_every_watch_and_timer_that_failover_set(chroo
 
         await eventually(second_term, 15, what="the controller to resign and be elected again")
         assert zk.watch_counts() == first_term
-        assert first_timer.done()
-        assert controller._rebalance_task is not None and not controller._rebalance_task.done()
+        assert first_timer.done() and first.closed and first.channels is None
+        second = controller.term
+        assert second is not None and second is not first and second.epoch > first.epoch
+        assert second._rebalance_task is not None and not second._rebalance_task.done()
     finally:
         await controller.shutdown()
         await zk.close()

@@ -230,8 +230,8 @@ class Campaign:
     def check_safety(self) -> None:
         self.cluster.safety()
         for controller in self.cluster.controllers.values():
-            if controller.partitions is not None:
-                assert controller.partitions.psm.unclean_elections == 0, "an unclean election without permission"
+            if controller.term is not None and controller.term.partitions is not None:
+                assert controller.term.partitions.psm.unclean_elections == 0, "an unclean election without permission"
         for broker in self.cluster.brokers.values():
             if not broker.running:
                 continue

@@ -26,6 +26,12 @@ from controller_svc.controller.controller import Controller, ControllerSettings
 from tests.sim.zk_model import SimZkClient, ZooKeeperModel
 
 
+class SenderBug(BaseException):
+    """What no sender catches (it catches every Exception of a send): stands for a bug that
+    kills a request sender task, to show that the controller resigns instead of running on
+    with a broker it can no longer reach."""
+
+
 class InProcessBrokerClient:
     """The controller's channel to a broker: calls its handlers directly."""
 
@@ -37,6 +43,9 @@ class InProcessBrokerClient:
         return f"InProcessBrokerClient(broker={self.broker_id})"
 
     async def send(self, api: ApiKind, request: Any, timeout_s: float) -> Any:
+        if self.cluster.sender_bugs.get(self.broker_id, 0) > 0:
+            self.cluster.sender_bugs[self.broker_id] -= 1
+            raise SenderBug(f"injected: the sender to broker {self.broker_id} dies")
         broker = self.cluster.brokers.get(self.broker_id)
         if broker is None or not broker.running:
             raise ConnectionError(f"broker {self.broker_id} is down")
@@ -95,6 +104,8 @@ class SimCluster:
         self.settings = settings
         self.brokers = {b: SimBroker(self, b) for b in range(1, brokers + 1)}
         self.controllers: dict[int, Controller] = {}
+        # broker id -> how many sends to it kill their sender task (SenderBug)
+        self.sender_bugs: dict[int, int] = {}
 
     def __repr__(self) -> str:
         return f"SimCluster(brokers={sorted(self.brokers)}, controllers={sorted(self.controllers)}, {self.model!r})"

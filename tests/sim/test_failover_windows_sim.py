@@ -147,3 +147,33 @@ async def test_lost_reply_of_a_fenced_write_is_retried_and_its_requests_go_out()
     finally:
         await cluster.stop_all()
 
+
+
+async def test_a_dead_request_sender_makes_the_controller_resign_and_a_new_term_repairs_the_broker() -> None:
+    """A background task of the term that dies (here the sender to broker 2) must not leave the
+    controller running without it: the controller resigns and releases /controller (Kafka's
+    triggerControllerMove), the next term opens new channels and the broker is served again."""
+    cluster = SimCluster(brokers=3, auto_leader_rebalance_enable=False)
+    try:
+        await cluster.start_brokers()
+        controller = await cluster.start_controller(1)
+        await cluster.create_topic("t", {0: [1, 2]})
+        await cluster.until(lambda: cluster.state_in_zookeeper(T0) is not None, what="t-0 online")
+        first_epoch = controller.context.epoch
+        first_term = controller.term
+        cluster.sender_bugs[2] = 1
+        await cluster.create_topic("u", {0: [2, 3]})  # a LeaderAndIsr for broker 2: its sender dies
+        await cluster.until(
+            lambda: controller.is_active and controller.context.epoch > first_epoch, what="a new term"
+        )
+        assert first_term is not None and first_term.closed
+        assert cluster.sender_bugs[2] == 0, "the fault did not land"
+        u0 = TopicPartition("u", 0)
+        await cluster.until(
+            lambda: cluster.brokers[2].state.roles.get(u0) is not None
+            and cluster.brokers[2].state.controller_epoch == controller.context.epoch,
+            what="broker 2 served by the new term",
+        )
+        cluster.safety()
+    finally:
+        await cluster.stop_all()

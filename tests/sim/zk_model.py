@@ -27,7 +27,6 @@ from controller_svc.adapters.zk.client import (
     CheckOp,
     CreateOp,
     DeleteOp,
-    MultiOpError,
     OpResult,
     SetDataOp,
     WatchCallback,
@@ -162,7 +161,7 @@ class ZooKeeperModel:
                 results.append(self._apply(session, op, zxid, events))
             except ControllerError as e:
                 self.nodes = snapshot
-                raise MultiOpError(index, op, e) from None
+                raise e.at_op(index) from None
         if any(not isinstance(op, CheckOp) for op in ops):
             self.zxid = zxid
         self._deliver(events)
@@ -442,16 +441,18 @@ class SimZkClient:
     async def set_data(self, path: str, data: bytes, version: int = -1) -> ZnodeStat:
         try:
             result = (await self.multi([SetDataOp(path, data, version)]))[0]
-        except MultiOpError as e:
-            raise e.cause from None
+        except ControllerError as e:
+            e.op_index = -1  # a single write, not a multi: its error is the op's own
+            raise
         assert result.stat is not None
         return result.stat
 
     async def delete(self, path: str, version: int = -1) -> None:
         try:
             await self.multi([DeleteOp(path, version)])
-        except MultiOpError as e:
-            raise e.cause from None
+        except ControllerError as e:
+            e.op_index = -1
+            raise
 
     async def ensure_path(self, path: str) -> None:
         current = ""
@@ -461,6 +462,5 @@ class SimZkClient:
                 continue
             try:
                 await self.create(current)
-            except MultiOpError as e:
-                if not isinstance(e.cause, ZkNodeExistsError):
-                    raise e.cause from e
+            except ZkNodeExistsError:
+                pass

@@ -10,15 +10,19 @@ from typing import Any
 from controller_svc.common.model import TopicPartition
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.controller import events as ev
-from controller_svc.controller.controller import Controller, ControllerSettings
+from controller_svc.controller.settings import ControllerSettings
+from controller_svc.controller.term import TermOfOffice
+from controller_svc.core.context import ControllerContext
 from kcontroller.v1 import broker_pb2, common_pb2
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
 
-def queued_events(controller: Controller) -> list[Any]:
-    queue = controller.events._queue  # the controller was not started: read what it would process
-    return [queue.get_nowait().event for _ in range(queue.qsize())]
+def term_recording_into(events: list[Any]) -> TermOfOffice:
+    """A term that was never opened: only its response callbacks are used, and they only enqueue."""
+    return TermOfOffice(
+        ControllerSettings(1, "", ""), ControllerContext(), None, None, StateChangeLog(None, "t"), None, events.append  # type: ignore[arg-type]
+    )
 
 
 def response(top_level: int = 0, **codes: int) -> broker_pb2.StopReplicaResponse:
@@ -32,12 +36,23 @@ def response(top_level: int = 0, **codes: int) -> broker_pb2.StopReplicaResponse
 
 
 async def test_only_deleted_partitions_answer_and_a_request_level_error_answers_for_each() -> None:
-    controller = Controller(ControllerSettings(1, "", ""), zk=None, state_log=StateChangeLog(None, "t"))  # type: ignore[arg-type]
-    controller._on_stop_replica_response(2, response(p0=0, p1=0), frozenset({T1}))
-    controller._on_stop_replica_response(2, response(p0=0), frozenset({T1}))  # T1 not answered yet
-    controller._on_stop_replica_response(3, response(top_level=11), frozenset({T0, T1}))
-    events = queued_events(controller)
+    events: list[Any] = []
+    term = term_recording_into(events)
+    term._on_stop_replica_response(2, response(p0=0, p1=0), frozenset({T1}))
+    term._on_stop_replica_response(2, response(p0=0), frozenset({T1}))  # T1 not answered yet
+    term._on_stop_replica_response(3, response(top_level=11), frozenset({T0, T1}))
     assert events == [
         ev.StopReplicaResponseReceived(broker_id=2, error_code=0, partition_errors=(("t", 1, 0),)),
         ev.StopReplicaResponseReceived(broker_id=3, error_code=11, partition_errors=(("t", 0, 11), ("t", 1, 11))),
     ]
+
+
+async def test_a_closed_term_enqueues_nothing() -> None:
+    """A response or watch that arrives after resignation belongs to a term that is over."""
+    events: list[Any] = []
+    term = term_recording_into(events)
+    term.closed = True  # what close() sets first (its unwatching needs a store, absent here)
+    term._on_stop_replica_response(2, response(p0=0), frozenset({T0}))
+    for _children, _path, callback in term.watches():
+        callback(None, _path)  # type: ignore[arg-type]
+    assert events == []

@@ -113,16 +113,6 @@ class _MultiReadUnsupported(Exception):
     pass
 
 
-class MultiOpError(ControllerError):
-    """A multi failed; `index` is the op that failed and `cause` its translated error."""
-
-    def __init__(self, index: int, op: ZkOp, cause: ControllerError):
-        super().__init__(f"multi failed at op {index} ({type(op).__name__} {op.path}): {cause}")
-        self.index = index
-        self.op = op
-        self.cause = cause
-
-
 def translate(error: BaseException, path: str = "") -> ControllerError:
     if isinstance(error, ControllerError):
         return error
@@ -648,13 +638,12 @@ class ZkClient:
                 continue
             try:
                 await self.create(current)
-            except MultiOpError as e:
-                if not isinstance(e.cause, ZkNodeExistsError):
-                    raise e.cause from e
+            except ZkNodeExistsError:
+                pass
 
     @_on_io_thread
     async def multi(self, ops: Sequence[ZkOp]) -> list[OpResult]:
-        """Run `ops` atomically. Raises `MultiOpError` naming the op that failed."""
+        """Run `ops` atomically. Raises the first failing op's translated error, its `op_index` naming the op."""
         if not ops:
             return []
         request = protocol.TransactionRequest()
@@ -680,7 +669,7 @@ class ZkClient:
             if isinstance(reply, BaseException):
                 if isinstance(reply, zk_exc.RolledBack | zk_exc.RuntimeInconsistency):
                     continue
-                raise MultiOpError(index, op, translate(reply, op.path))
+                raise translate(reply, op.path).at_op(index)
             path = self._client.denormalize_path(getattr(reply, "path", None) or normalize(op.path))
             stat = getattr(reply, "stat", None)
             results.append(OpResult(op, path, ZnodeStat.of(stat) if stat is not None else None))

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller_svc.adapters.zk import codecs, paths
-from controller_svc.adapters.zk.client import CreateOp, MultiOpError, SetDataOp, ZkOp
+from controller_svc.adapters.zk.client import CreateOp, SetDataOp, ZkOp
 from controller_svc.adapters.zk.store import DEFAULT_MAX_OPS_PER_MULTI, ControllerZkStore
 from controller_svc.common.errors import (
     ControllerError,
@@ -125,12 +125,10 @@ class ZkPartitionStateStore:
                 except ZkUnavailableError as e:
                     result.error = e
                     return
-                except MultiOpError as e:
-                    if not isinstance(e.cause, ZkBadVersionError | ZkNodeExistsError | ZkNoNodeError):
-                        raise e.cause from e
-                    tp, _ = chunk[e.index]
+                except (ZkBadVersionError, ZkNodeExistsError, ZkNoNodeError) as e:
+                    tp, _ = chunk[e.op_index]
                     result.conflicts.add(tp)
-                    chunk = chunk[: e.index] + chunk[e.index + 1 :]
+                    chunk = chunk[: e.op_index] + chunk[e.op_index + 1 :]
                     continue
                 for (tp, _), op_result in zip(chunk, results, strict=True):
                     # A create inside a multi comes back without a stat: a new znode is at version 0.

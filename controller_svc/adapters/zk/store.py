@@ -8,25 +8,28 @@ that check means another controller exists: `ControllerMovedError`, and the call
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from controller_svc.adapters.zk import codecs, paths
+from controller_svc.adapters.zk import codecs, loads, paths
 from controller_svc.adapters.zk.client import (
     CheckOp,
     CreateOp,
     DeleteOp,
-    MultiOpError,
     OpResult,
     SetDataOp,
+    WatchCallback,
     ZkClient,
     ZkOp,
+    ZnodeStat,
 )
 from controller_svc.common import metrics
 from controller_svc.common.errors import (
     ControllerEpochCorruptError,
+    ControllerError,
     ControllerMovedError,
     CorruptZnodeError,
     ZkBadVersionError,
@@ -34,6 +37,8 @@ from controller_svc.common.errors import (
     ZkNoNodeError,
     ZkUnavailableError,
 )
+from controller_svc.common.model import BrokerInfo, TopicPartition
+from controller_svc.core.context import ControllerContext
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +70,69 @@ class ControllerZkStore:
 
     def __repr__(self) -> str:
         return f"ControllerZkStore(fence={self.fence})"
+
+    # --- the session: reads and watches (the managers reach ZooKeeper only through these) -----
+
+    @property
+    def session_id(self) -> int:
+        return self.zk.session_id
+
+    def watch_data(self, path: str, callback: WatchCallback) -> None:
+        self.zk.watch_data(path, callback)
+
+    def watch_children(self, path: str, callback: WatchCallback) -> None:
+        self.zk.watch_children(path, callback)
+
+    def unwatch(self, path: str) -> None:
+        self.zk.unwatch(path)
+
+    async def get_or_none(self, path: str, watch: bool = False) -> tuple[bytes, ZnodeStat] | None:
+        return await self.zk.get_or_none(path, watch=watch)
+
+    async def exists(self, path: str, watch: bool = False) -> bool:
+        return await self.zk.exists(path, watch=watch) is not None
+
+    async def arm_exists_watches(self, znodes: Sequence[str]) -> None:
+        """An exists watch on each of `znodes`, pipelined (one round trip for all)."""
+        await self.zk.pipelined([functools.partial(self.zk.exists, path, watch=True) for path in znodes])
+
+    async def children(self, path: str, watch: bool = False) -> list[str]:
+        return await self.zk.get_children_or_empty(path, watch=watch)
+
+    # --- metadata loads (pipelined; corrupt znodes are counted and skipped) ---------------------
+
+    async def load_brokers(self, watch: bool) -> dict[int, BrokerInfo]:
+        return await loads.load_brokers(self.zk, watch)
+
+    async def load_topic_names(self, watch: bool) -> list[str]:
+        return await loads.load_topic_names(self.zk, watch)
+
+    async def load_topics(
+        self, topics: Sequence[str], watch: bool, known_bad: dict[str, int] | None = None
+    ) -> dict[str, loads.LoadedTopic]:
+        return await loads.load_topics(self.zk, topics, watch, known_bad)
+
+    async def load_partition_states(self, ctx: ControllerContext, partitions: Sequence[TopicPartition]) -> None:
+        await loads.load_partition_states(self.zk, ctx, partitions)
+
+    async def load_topic_configs(self, topics: Sequence[str]) -> dict[str, dict[str, str]]:
+        return await loads.load_topic_configs(self.zk, topics)
+
+    async def load_all(self, ctx: ControllerContext) -> None:
+        await loads.load_all(self.zk, ctx)
+
+    async def read_notifications(self, parent: str) -> list[tuple[str, dict[str, object] | None]]:
+        """The notifications under `parent`, re-arming the children watch."""
+        return await loads.read_notifications(self.zk, parent, watch=True)
+
+    # --- this controller's endpoint registration (ephemeral, outside the fence) -----------------
+
+    async def create_ephemeral(self, path: str, data: bytes) -> None:
+        await self.zk.ensure_path(path.rsplit("/", 1)[0])
+        await self.zk.create(path, data, ephemeral=True)
+
+    async def delete(self, path: str, version: int) -> None:
+        await self.zk.delete(path, version=version)
 
     # --- /controller --------------------------------------------------------------------------
 
@@ -122,9 +190,8 @@ class ControllerZkStore:
         try:
             await self.zk.create(paths.CONTROLLER_EPOCH, codecs.encode_controller_epoch(0))
             log.info("created %s with epoch 0", paths.CONTROLLER_EPOCH)
-        except MultiOpError as e:
-            if not isinstance(e.cause, ZkNodeExistsError):
-                raise e.cause from e
+        except ZkNodeExistsError:
+            pass
         current = await self.read_controller_epoch(watch=True)
         if current is None:
             raise ControllerMovedError(f"{paths.CONTROLLER_EPOCH} vanished right after it was created")
@@ -144,9 +211,7 @@ class ControllerZkStore:
                     SetDataOp(paths.CONTROLLER_EPOCH, codecs.encode_controller_epoch(new_epoch), epoch_version),
                 ]
             )
-        except MultiOpError as e:
-            if not isinstance(e.cause, ZkNodeExistsError | ZkBadVersionError):
-                raise e.cause from e
+        except (ZkNodeExistsError, ZkBadVersionError) as e:
             # Either another controller won, or our own reply was lost and the multi was resent:
             # re-read to tell the two apart (checkControllerAndEpoch).
             fence = await self._check_controller_and_epoch(controller_id, new_epoch, session_id)
@@ -201,13 +266,15 @@ class ControllerZkStore:
             raise ControllerMovedError("not the active controller: no epoch fence")
         try:
             results = await self._multi_until_answered(fence, [CheckOp(paths.CONTROLLER_EPOCH, fence.zk_version), *ops])
-        except MultiOpError as e:
-            if e.index == 0:
+        except ControllerError as e:
+            if e.op_index == 0:
                 raise ControllerMovedError(
                     f"{paths.CONTROLLER_EPOCH} is no longer at version {fence.zk_version} (epoch {fence.epoch}): "
                     "another controller was elected"
                 ) from e
-            raise MultiOpError(e.index - 1, e.op, e.cause) from e
+            if e.op_index > 0:
+                raise e.at_op(e.op_index - 1) from None  # the caller's ops are numbered without our check
+            raise
         return results[1:]
 
     async def _multi_until_answered(self, fence: EpochFence, ops: Sequence[ZkOp]) -> list[OpResult]:
@@ -254,7 +321,5 @@ class ControllerZkStore:
                 try:
                     await self.fenced_multi(chunk)
                     chunk = []
-                except MultiOpError as e:
-                    if not isinstance(e.cause, ZkNoNodeError):
-                        raise e.cause from e
-                    chunk = chunk[: e.index] + chunk[e.index + 1 :]
+                except ZkNoNodeError as e:
+                    chunk = chunk[: e.op_index] + chunk[e.op_index + 1 :]

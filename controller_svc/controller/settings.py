@@ -1,0 +1,24 @@
+"""The settings a controller runs with (from the `controller.*` config keys)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    controller_id: int
+    grpc_endpoint: str
+    metrics_endpoint: str
+    request_timeout_s: float = 30.0
+    retry_backoff_s: float = 0.1
+    election_retry_s: float = 2.0
+    unclean_leader_election_enable: bool = False
+    delete_topic_enable: bool = True
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_per_broker_percentage: int = 10
+    leader_imbalance_check_interval_s: float = 300.0
+    # Kafka runs the first automatic rebalance 5 s after failover.
+    first_rebalance_delay_s: float = 5.0
+    # Fault injection: hold the event loop this long after the failover's load (0: off).
+    debug_failover_hold_loop_s: float = 0.0
