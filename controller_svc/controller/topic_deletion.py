@@ -142,7 +142,9 @@ class TopicDeletionManager:
     def _all_deleted(self, topic: str) -> bool:
         replicas = self.rsm.replicas_in(topic, *ReplicaState)
         if not replicas:
-            return not self.ctx.partitions_for_topic(topic)
+            # No replica left to delete: none was ever assigned, or a completion that failed
+            # half-way (its replicas already NonExistent and unassigned) is being finished.
+            return not self.ctx.all_replicas(self.ctx.partitions_for_topic(topic))
         return all(self.rsm.states[r] is ReplicaState.DELETION_SUCCESSFUL for r in replicas)
 
     async def resume(self) -> None:

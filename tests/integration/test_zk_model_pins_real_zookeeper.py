@@ -152,3 +152,22 @@ async def test_watches_are_one_shot_until_a_read_arms_them_again(session_factory
     assert heard.events[-1] == (WatchKind.DELETED, "/w/node") and len(heard.events) == 3
     zk.unwatch("/w/node")
     assert "/w/node" not in zk.watch_counts()
+
+
+async def test_a_multi_that_fails_fires_no_watch_and_leaves_it_armed(session_factory: Factory) -> None:
+    """The simulation found its model consuming the watches of a failed multi's ops (a fenced
+    delete of a topic whose last op failed took the controller's /brokers/topics watch, and the
+    next topic was never seen): ZooKeeper applies nothing of a failed multi, watches included."""
+    zk, writer = await session_factory(), await session_factory()
+    await zk.ensure_path("/f/parent")
+    await zk.create("/f/parent/child", b"")
+    heard = Recorder()
+    zk.watch_children("/f/parent", heard)
+    assert await zk.get_children("/f/parent", watch=True) == ["child"]
+    with pytest.raises(ZkNoNodeError):
+        await writer.multi([DeleteOp("/f/parent/child"), DeleteOp("/f/parent/missing")])
+    await settle()
+    assert heard.events == []
+    await writer.create("/f/parent/another", b"")  # the watch is still armed: heard now
+    await settle()
+    assert heard.events == [(WatchKind.CHILDREN_CHANGED, "/f/parent")]

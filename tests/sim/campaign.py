@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
+import dataclasses
 import json
 import logging
 import os
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller_svc.adapters.zk import codecs, paths
+from controller_svc.adapters.zk.client import CheckOp, CreateOp, SetDataOp
 from controller_svc.common.model import TopicPartition
 from controller_svc.controller import events as ev
 from tests.sim.cluster import SimCluster
@@ -42,6 +45,8 @@ class Outcome:
     trace: list[str] = field(default_factory=list)
     failure: str | None = None
     virtual_s: float = 0.0
+    # What the faults did where they landed (e.g. a paused controller's write refused).
+    landed: collections.Counter[str] = field(default_factory=collections.Counter)
 
     def replay_command(self) -> str:
         return (
@@ -63,6 +68,18 @@ class Campaign:
         # Per broker incarnation: the highest controller epoch and leader epochs it applied.
         self.seen_epochs: dict[tuple[int, int], int] = {}
         self.seen_leader_epochs: dict[tuple[int, int, TopicPartition], int] = {}
+        # Where an unclean election is allowed: topics whose config enables it (the campaign
+        # only ever turns it on) and partitions an explicit unclean ElectLeaders named.
+        self.unclean_topics: set[str] = set()
+        self.unclean_requested: set[TopicPartition] = set()
+        self.violations: list[str] = []
+        self.cluster.model.on_commit = self.check_commit
+        self.cluster.on_record = self.check_record
+        if self.rng.random() < 0.5:
+            # Requests and replies take their time: deliveries to different brokers, and those of
+            # two controllers to one broker, interleave in orders an instant delivery never shows.
+            delays = random.Random(seed * 7919 + 1)
+            self.cluster.delivery_delay = lambda: delays.choice((0.0, 0.0, 0.0, 0.01, 0.05, 0.3))
 
     def log(self, text: str) -> None:
         self.trace.append(f"t={self.clock.now - 1000.0:8.3f} {text}")
@@ -97,10 +114,18 @@ class Campaign:
             self.start_controller,
             self.expire_controller_session,
             self.lose_write_reply,
+            self.pause_controller,
+            self.pause_controller_mid_write,
+            self.hang_reads,
+            self.bump_controller_epoch,
+            self.controlled_shutdown,
             self.reassign,
             self.cancel,
             self.delete_topic,
             self.preferred_election,
+            self.expand_partitions,
+            self.enable_unclean_election,
+            self.unclean_election,
         ]
 
     async def pause(self, seconds: float) -> None:
@@ -165,7 +190,133 @@ class Campaign:
         reply = asyncio.get_running_loop().create_future()
         active.events.put(ev.ElectLeaders(reply=reply, partitions=(), election_type="preferred"))
 
+    def _live_topic(self) -> str | None:
+        """A topic that exists in ZooKeeper and is not being deleted."""
+        candidates = [
+            t
+            for t in sorted(self.topics)
+            if paths.topic_path(t) in self.cluster.model.nodes
+            and f"{paths.DELETE_TOPICS}/{t}" not in self.cluster.model.nodes
+        ]
+        return self.rng.choice(candidates) if candidates else None
+
+    async def expand_partitions(self) -> None:
+        """kafka-topics --alter --partitions: new partitions written into the topic znode."""
+        topic = self._live_topic()
+        if topic is None:
+            return
+        path = paths.topic_path(topic)
+        node = self.cluster.model.nodes[path]
+        znode = codecs.decode_topic(path, node.data)
+        rf = len(znode.partitions[min(znode.partitions)])
+        first = max(znode.partitions) + 1
+        added = {p: tuple(self.rng.sample(BROKERS, rf)) for p in range(first, first + self.rng.randint(1, 2))}
+        self.log(f"add partitions to {topic}: {added}")
+        admin = await self.cluster.admin()
+        expanded = dataclasses.replace(znode, partitions={**znode.partitions, **added})
+        await admin.set_data(path, codecs.encode_topic(expanded), version=node.version)
+        await admin.close()
+
+    async def enable_unclean_election(self) -> None:
+        """kafka-configs: unclean.leader.election.enable=true for a topic, and its notification."""
+        topic = self._live_topic()
+        if topic is None:
+            return
+        self.log(f"enable unclean leader election for {topic}")
+        self.unclean_topics.add(topic)
+        admin = await self.cluster.admin()
+        config = json.dumps({"version": 1, "config": {"unclean.leader.election.enable": "true"}}).encode()
+        config_path = f"{paths.CONFIG_TOPICS}/{topic}"
+        if config_path in self.cluster.model.nodes:
+            await admin.set_data(config_path, config)
+        else:
+            await admin.create(config_path, config)
+        note = json.dumps({"version": 2, "entity_path": f"topics/{topic}"}).encode()
+        await admin.create(f"{paths.CONFIG_CHANGES}/config_change_", note, sequential=True)
+        await admin.close()
+
+    async def unclean_election(self) -> None:
+        active = self.cluster.active()
+        topic = self._live_topic()
+        if active is None or topic is None:
+            return
+        partitions = sorted(codecs.decode_topic("t", self.cluster.model.nodes[paths.topic_path(topic)].data).partitions)
+        tp = TopicPartition(topic, self.rng.choice(partitions))
+        self.log(f"unclean leader election of {tp} (API)")
+        self.unclean_requested.add(tp)
+        reply = asyncio.get_running_loop().create_future()
+        active.events.put(ev.ElectLeaders(reply=reply, partitions=((tp.topic, tp.partition),), election_type="unclean"))
+
     # --- faults -----------------------------------------------------------------------------------
+
+    def _pause_target(self) -> int | None:
+        """Mostly the active controller (a zombie matters there), sometimes a standby."""
+        if not self.cluster.controllers:
+            return None
+        active = self.cluster.active()
+        if active is not None and self.rng.random() < 0.8:
+            return active.id
+        return self.rng.choice(sorted(self.cluster.controllers))
+
+    async def pause_controller(self) -> None:
+        """SIGSTOP past the session timeout, then SIGCONT: a zombie that resumes believing it
+        is still the controller, with requests queued to brokers under its old epoch."""
+        controller_id = self._pause_target()
+        if controller_id is None:
+            return
+        seconds = self.rng.choice((2.0, 6.5, 9.0))
+        self.log(f"pause controller {controller_id} for {seconds} s (session timeout 6 s)")
+        self.cluster.controllers[controller_id].zk.pause(seconds)  # type: ignore[attr-defined]
+
+    async def pause_controller_mid_write(self) -> None:
+        """The controller stops just as it writes (a GC pause between deciding and writing);
+        the write goes out when it resumes, after its session expired and another controller
+        took over: it must be refused."""
+        controller_id = self._pause_target()
+        if controller_id is None:
+            return
+        self.log(f"controller {controller_id} pauses for 8 s at its next write")
+        self.cluster.controllers[controller_id].zk.pause_at_next_write(8.0)  # type: ignore[attr-defined]
+
+    async def hang_reads(self) -> None:
+        """The ZooKeeper server a controller reads from hangs for up to a third of the session
+        timeout; the client answers the reads from another server when it moves there."""
+        controller_id = self._pause_target()
+        if controller_id is None:
+            return
+        seconds = self.rng.choice((0.2, 1.0, 2.0))
+        self.log(f"the ZooKeeper server controller {controller_id} reads from hangs for {seconds} s")
+        self.cluster.controllers[controller_id].zk.hang_reads(seconds)  # type: ignore[attr-defined]
+
+    async def bump_controller_epoch(self) -> None:
+        """An operator (or a controller this simulation does not run) moves /controller_epoch."""
+        node = self.cluster.model.nodes.get(paths.CONTROLLER_EPOCH)
+        if node is None:
+            return
+        epoch = codecs.decode_controller_epoch(node.data) + 1
+        self.log(f"/controller_epoch bumped to {epoch} behind the controllers' backs")
+        admin = await self.cluster.admin()
+        await admin.set_data(paths.CONTROLLER_EPOCH, codecs.encode_controller_epoch(epoch))
+        await admin.close()
+
+    async def controlled_shutdown(self) -> None:
+        """SIGTERM of a broker: ControlledShutdown to the controller (as broker_stub does), then
+        its session closes whatever the answer."""
+        running = self._brokers(True)
+        active = self.cluster.active()
+        if not running or active is None:
+            return
+        broker_id = self.rng.choice(running)
+        broker = self.cluster.brokers[broker_id]
+        self.log(f"controlled shutdown of broker {broker_id}")
+        reply = asyncio.get_running_loop().create_future()
+        epoch = broker.state.broker_epoch
+        active.events.put(ev.ControlledShutdown(reply=reply, broker_id=broker_id, broker_epoch=epoch))
+        try:
+            await asyncio.wait_for(asyncio.shield(reply), 5.0)
+        except (TimeoutError, Exception):
+            pass
+        await broker.stop()
 
     def _brokers(self, running: bool) -> list[int]:
         return [b for b in BROKERS if self.cluster.brokers[b].running == running]
@@ -227,11 +378,50 @@ class Campaign:
 
     # --- checks -----------------------------------------------------------------------------------
 
+    def check_commit(self, session: int, ops: Any) -> None:
+        try:
+            self._check_commit(session, ops)
+        except Exception as e:
+            self.violations.append(f"the commit check failed: {e!r}")
+
+    def _check_commit(self, session: int, ops: Any) -> None:
+        """What a controller's session commits: the election multi, its endpoint, the release of
+        /controller, or a write behind the fence of the current epoch by the session that holds
+        /controller; a partition state it writes names the current controller epoch."""
+        controller_id = self.cluster.controllers_session(session)
+        if controller_id is None:
+            return
+        model = self.cluster.model
+        first = ops[0]
+        if any(op.path in (paths.CONTROLLER, paths.CONTROLLER_EPOCH) and not isinstance(op, CheckOp) for op in ops):
+            return  # the election (or creating epoch 0, or releasing /controller)
+        if all(op.path.startswith(paths.CONTROLLER_ENDPOINTS) for op in ops):
+            return
+        owner = model.nodes.get(paths.CONTROLLER)
+        epoch_node = model.nodes[paths.CONTROLLER_EPOCH]
+        if not (isinstance(first, CheckOp) and first.path == paths.CONTROLLER_EPOCH):
+            self.violations.append(f"controller {controller_id} committed an unfenced write: {ops}")
+        elif owner is None or owner.ephemeral_owner != session:
+            self.violations.append(f"controller {controller_id} committed a write without holding /controller: {ops}")
+        epoch = codecs.decode_controller_epoch(epoch_node.data)
+        for op in ops:
+            if op.path.endswith("/state") and isinstance(op, CreateOp | SetDataOp):
+                state = codecs.decode_partition_state(op.path, op.data, 0)
+                if state.controller_epoch != epoch:
+                    self.violations.append(
+                        f"controller {controller_id} wrote {op.path} with epoch {state.controller_epoch}, "
+                        f"current {epoch}"
+                    )
+
+    def check_record(self, node: str, kind: str, fields: dict[str, Any]) -> None:
+        if kind == "partition.leader_elected" and fields.get("unclean"):
+            tp = TopicPartition(fields["topic"], fields["partition"])
+            if fields["topic"] not in self.unclean_topics and tp not in self.unclean_requested:
+                self.violations.append(f"{node}: unclean election of {tp} without permission")
+
     def check_safety(self) -> None:
         self.cluster.safety()
-        for controller in self.cluster.controllers.values():
-            if controller.term is not None and controller.term.partitions is not None:
-                assert controller.term.partitions.psm.unclean_elections == 0, "an unclean election without permission"
+        assert not self.violations, self.violations[0]
         for broker in self.cluster.brokers.values():
             if not broker.running:
                 continue
@@ -251,6 +441,7 @@ class Campaign:
         self.log("heal: every broker and controller back, no more faults")
         for controller in self.cluster.controllers.values():
             controller.zk._fail_next = controller.zk._lose_next = 0  # type: ignore[attr-defined]
+            controller.zk._pause_at_next_write_s = 0.0  # type: ignore[attr-defined]
         for broker in BROKERS:
             if not self.cluster.brokers[broker].running:
                 await self.cluster.brokers[broker].restart(self.cluster)
@@ -284,6 +475,12 @@ class Campaign:
         deleting = cluster.model.nodes.get(paths.DELETE_TOPICS)
         if deleting is not None and deleting.children:
             return f"deletions left: {sorted(deleting.children)}"
+        for path, node in cluster.model.nodes.items():
+            if path.startswith(paths.BROKER_TOPICS + "/") and path.count("/") == 3:
+                topic = path.rsplit("/", 1)[1]
+                for partition in codecs.decode_topic(path, node.data).partitions:
+                    if paths.partition_state_path(topic, partition) not in cluster.model.nodes:
+                        return f"{topic}-{partition} has no state in ZooKeeper"
         epoch = active.context.epoch
         for broker in cluster.brokers.values():
             if broker.state.controller_epoch != epoch:
@@ -320,6 +517,7 @@ def run_seed(seed: int, steps: int = 25) -> Outcome:
 
     try:
         loop.run_until_complete(main())
+        outcome.landed.update(campaign.cluster.model.landed)
     except AssertionError as e:
         outcome.failure = str(e)
     except StuckError as e:
@@ -346,8 +544,10 @@ def main() -> None:
     seeds = [args.seed] if args.seed is not None else list(range(args.first, args.first + args.seeds))
     started = time.monotonic()
     failures = []
+    landed: collections.Counter[str] = collections.Counter()
     for seed in seeds:
         outcome = run_seed(seed, args.steps)
+        landed.update(outcome.landed)
         if args.trace:
             print("\n".join(outcome.trace))
         if outcome.failure is not None:
@@ -361,6 +561,8 @@ def main() -> None:
                 "failed": [o.seed for o in failures],
                 "seeds_per_s": round(len(seeds) / elapsed, 1) if elapsed else None,
                 "steps": args.steps,
+                # How often each fault reached the point it is about (summed over the seeds).
+                "landed": dict(sorted(landed.items())),
                 "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
             }
         )

@@ -19,6 +19,7 @@ from broker_stub.server import BrokerControlService
 from broker_stub.state import BrokerState
 from controller_svc.adapters.channel_manager import ApiKind
 from controller_svc.adapters.zk import codecs, paths
+from controller_svc.common.errors import ErrorCode
 from controller_svc.common.model import BrokerInfo, EndPoint, TopicPartition
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.common.tasks import cancel_and_wait, spawn
@@ -35,14 +36,20 @@ class SenderBug(BaseException):
 class InProcessBrokerClient:
     """The controller's channel to a broker: calls its handlers directly."""
 
-    def __init__(self, cluster: SimCluster, broker_id: int) -> None:
+    def __init__(self, cluster: SimCluster, broker_id: int, controller_zk: SimZkClient | None = None) -> None:
         self.cluster = cluster
         self.broker_id = broker_id
+        # The sending controller's session: a paused controller process sends nothing until it
+        # resumes, and then sends what it had queued, with the epoch it had.
+        self.controller_zk = controller_zk
 
     def __repr__(self) -> str:
         return f"InProcessBrokerClient(broker={self.broker_id})"
 
     async def send(self, api: ApiKind, request: Any, timeout_s: float) -> Any:
+        was_paused = self.controller_zk is not None and await self.controller_zk.wait_if_paused()
+        if self.cluster.delivery_delay is not None:
+            await asyncio.sleep(self.cluster.delivery_delay())  # deliveries to brokers interleave
         if self.cluster.sender_bugs.get(self.broker_id, 0) > 0:
             self.cluster.sender_bugs[self.broker_id] -= 1
             raise SenderBug(f"injected: the sender to broker {self.broker_id} dies")
@@ -54,10 +61,28 @@ class InProcessBrokerClient:
 
             request = broker_pb2.UpdateMetadataRequest.FromString(request.serialize())
         handler: Callable[[Any, Any], Awaitable[Any]] = getattr(broker.service, api.value)
-        return await handler(request, None)
+        response = await handler(request, None)
+        if was_paused and int(getattr(response, "error_code", 0)) == int(ErrorCode.STALE_CONTROLLER_EPOCH):
+            self.cluster.model.landed["stale_request_rejected"] += 1
+        if self.cluster.delivery_delay is not None:
+            await asyncio.sleep(self.cluster.delivery_delay())  # and so do the replies
+        return response
 
     async def close(self) -> None:
         return None
+
+
+class ObservedStateChangeLog(StateChangeLog):
+    """A state-change log whose records the simulation sees as they are written."""
+
+    def __init__(self, node: str, observer: Callable[[str, str, dict[str, Any]], None] | None) -> None:
+        super().__init__(None, node)
+        self._observer = observer
+
+    def record(self, kind: str, **fields: Any) -> None:
+        super().record(kind, **fields)
+        if self._observer is not None:
+            self._observer(self.node, kind, fields)
 
 
 class SimBroker:
@@ -80,6 +105,13 @@ class SimBroker:
         self.state.registered = True
         self.running = True
         self._isr_task = spawn(self.service.run_isr_maintenance(0.02), f"sim-broker-{self.broker_id}-isr")
+
+    async def stop(self) -> None:
+        """The end of a SIGTERM (after its controlled shutdown): the session is closed, so the
+        registration goes at once."""
+        self.running = False
+        await cancel_and_wait(self._isr_task)
+        await self.zk.close()
 
     async def kill(self) -> None:
         """kill -9: the process is gone, its session ends (its registration goes)."""
@@ -106,6 +138,20 @@ class SimCluster:
         self.controllers: dict[int, Controller] = {}
         # broker id -> how many sends to it kill their sender task (SenderBug)
         self.sender_bugs: dict[int, int] = {}
+        # Every session a controller ever had (the campaign checks what they commit).
+        self.controller_sessions: dict[int, int] = {}  # session -> controller id
+        self.on_record: Callable[[str, str, dict[str, Any]], None] | None = None
+        # Virtual seconds before each request reaches a broker and before its reply returns
+        # (None: at once); per broker the sender still sends one request at a time, in order.
+        self.delivery_delay: Callable[[], float] | None = None
+
+    def controllers_session(self, session: int) -> int | None:
+        """The controller a session belongs (or belonged) to, None for brokers and tools."""
+        return self.controller_sessions.get(session)
+
+    def _observe(self, node: str, kind: str, fields: dict[str, Any]) -> None:
+        if self.on_record is not None:
+            self.on_record(node, kind, fields)
 
     def __repr__(self) -> str:
         return f"SimCluster(brokers={sorted(self.brokers)}, controllers={sorted(self.controllers)}, {self.model!r})"
@@ -130,10 +176,12 @@ class SimCluster:
         controller = Controller(
             settings,
             zk,  # type: ignore[arg-type]  # SimZkClient has ZkClient's methods
-            StateChangeLog(None, f"controller-{controller_id}"),
-            client_factory=lambda info: InProcessBrokerClient(self, info.broker_id),
+            ObservedStateChangeLog(f"controller-{controller_id}", self._observe),
+            client_factory=lambda info: InProcessBrokerClient(self, info.broker_id, zk),
         )
         zk.set_session_callbacks(controller.on_session_lost, controller.on_new_session)
+        zk.on_session = lambda session: self.controller_sessions.__setitem__(session, controller_id)
+        self.controller_sessions[zk.session_id] = controller_id
         self.controllers[controller_id] = controller
         await controller.start().processed
         return controller

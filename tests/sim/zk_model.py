@@ -18,6 +18,7 @@ controller and broker code runs on it unchanged.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -86,6 +87,11 @@ class ZooKeeperModel:
         self.exist_watches: dict[str, set[int]] = {}
         self.child_watches: dict[str, set[int]] = {}
         self.listeners: dict[int, Callable[[WatchKind, str], None]] = {}
+        # Called after every committed multi (session, ops), before its watches fire: the
+        # campaign's checks of what may commit (e.g. no controller write without the epoch fence).
+        self.on_commit: Callable[[int, Sequence[ZkOp]], None] | None = None
+        # What the faults did when they landed (kind -> count), for the campaign's report.
+        self.landed: collections.Counter[str] = collections.Counter()
 
     def __repr__(self) -> str:
         return f"ZooKeeperModel(zxid={self.zxid}, znodes={len(self.nodes)}, sessions={sorted(self.live_sessions)})"
@@ -153,6 +159,8 @@ class ZooKeeperModel:
         """All ops or none, as one transaction (one zxid). The first failing op is named."""
         self._require(session)
         snapshot = {p: _copy(n) for p, n in self.nodes.items()}
+        # A multi that fails triggers no watch: the watches its ops fired are armed again.
+        armed = [{p: set(s) for p, s in w.items()} for w in (self.data_watches, self.exist_watches, self.child_watches)]
         zxid = self.zxid + 1
         events: list[WatchEvent] = []
         results: list[OpResult] = []
@@ -161,9 +169,12 @@ class ZooKeeperModel:
                 results.append(self._apply(session, op, zxid, events))
             except ControllerError as e:
                 self.nodes = snapshot
+                self.data_watches, self.exist_watches, self.child_watches = armed
                 raise e.at_op(index) from None
         if any(not isinstance(op, CheckOp) for op in ops):
             self.zxid = zxid
+        if self.on_commit is not None:
+            self.on_commit(session, ops)
         self._deliver(events)
         return results
 
@@ -284,9 +295,17 @@ class SimZkClient:
         self._on_session_lost = on_session_lost
         self._on_new_session = on_new_session
         self._session = 0
+        # Told each new session id (the simulation tracks which sessions are controllers').
+        self.on_session: Callable[[int], None] | None = None
         self._callbacks: dict[tuple[WatchKind, str], list[WatchCallback]] = {}
         self._fail_next = 0
         self._lose_next = 0
+        # A paused process (SIGSTOP): requests and notifications wait for the gate.
+        self._gate: asyncio.Event | None = None
+        self._buffered: list[tuple[WatchKind, str]] = []
+        self._pause_at_next_write_s = 0.0
+        # A hung server: reads wait until then (loop time) before they are answered.
+        self._hung_until = 0.0
 
     def __repr__(self) -> str:
         return f"SimZkClient(session=0x{self._session:x})"
@@ -329,6 +348,8 @@ class SimZkClient:
         if self._session in self.model.live_sessions:
             return
         self._session = self.model.open_session(self._on_event)
+        if self.on_session is not None:
+            self.on_session(self._session)
         for kind, path in list(self._callbacks):
             if kind == WatchKind.CHILDREN_CHANGED:
                 if path in self.model.nodes:
@@ -355,6 +376,69 @@ class SimZkClient:
 
     def lose_next_write_replies(self, count: int = 1) -> None:
         self._lose_next += count
+
+    def pause(self, seconds: float) -> None:
+        """The process stops for `seconds` (SIGSTOP, a long GC pause): its requests and watch
+        notifications wait; past the session timeout the server expires its session (its
+        ephemerals go) without it knowing. When it resumes, the requests that waited meet the
+        expired session, and only then is it told (on_session_lost), as a real client learns
+        it on reconnecting: in between, a zombie acts on what it believed."""
+        if self._gate is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._gate = asyncio.Event()
+        self.model.landed["process_paused"] += 1
+        if seconds > self.session_timeout_s:
+            loop.call_later(self.session_timeout_s, self._expire_while_paused, self._session)
+        loop.call_later(seconds, self._resume)
+
+    def pause_at_next_write(self, seconds: float) -> None:
+        """Pause (as `pause`) when this client next writes: the process stops in the middle of
+        an operation, and its write goes out when it resumes."""
+        self._pause_at_next_write_s = seconds
+
+    def hang_reads(self, seconds: float) -> None:
+        """The server this client reads from hangs: reads sent in the next `seconds` are answered
+        only when it ends (the real client moves to another server and retries them)."""
+        self._hung_until = asyncio.get_running_loop().time() + seconds
+
+    @property
+    def paused(self) -> bool:
+        return self._gate is not None
+
+    def _expire_while_paused(self, session: int) -> None:
+        if self._gate is not None and session in self.model.live_sessions:
+            self.model.end_session(session)
+            self.model.landed["session_expired_while_paused"] += 1
+
+    def _resume(self) -> None:
+        gate, self._gate = self._gate, None
+        if gate is None:
+            return
+        gate.set()  # the waiting requests run first (their wake-ups are queued before the below)
+        buffered, self._buffered = self._buffered, []
+        loop = asyncio.get_running_loop()
+        if self._session in self.model.live_sessions:
+            for kind, path in buffered:
+                self._on_event(kind, path)
+        elif self._on_session_lost is not None:
+            loop.call_soon(self._on_session_lost)
+            loop.call_later(0.1, lambda: asyncio.ensure_future(self.renew()))
+
+    async def wait_if_paused(self) -> bool:
+        """Wait while the process is paused; True if it was."""
+        gate = self._gate
+        if gate is None:
+            return False
+        await gate.wait()
+        return True
+
+    async def _before_read(self) -> None:
+        await self.wait_if_paused()
+        delay = self._hung_until - asyncio.get_running_loop().time()
+        if delay > 0:
+            self.model.landed["read_hung"] += 1
+            await asyncio.sleep(delay)
 
     def _before(self, path: str) -> None:
         if self._fail_next:
@@ -388,12 +472,16 @@ class SimZkClient:
         return counts
 
     def _on_event(self, kind: WatchKind, path: str) -> None:
+        if self._gate is not None:
+            self._buffered.append((kind, path))
+            return
         for callback in list(self._callbacks.get((kind, path), [])):
             asyncio.get_running_loop().call_soon(callback, kind, path)
 
     # --- reads ----------------------------------------------------------------------------------
 
     async def get(self, path: str, watch: bool = False) -> tuple[bytes, ZnodeStat]:
+        await self._before_read()
         return self.model.get(self._session, path, watch)
 
     async def get_or_none(self, path: str, watch: bool = False) -> tuple[bytes, ZnodeStat] | None:
@@ -405,9 +493,11 @@ class SimZkClient:
             return None
 
     async def exists(self, path: str, watch: bool = False) -> ZnodeStat | None:
+        await self._before_read()
         return self.model.exists(self._session, path, watch)
 
     async def get_children(self, path: str, watch: bool = False) -> list[str]:
+        await self._before_read()
         return self.model.get_children(self._session, path, watch)
 
     async def get_children_or_empty(self, path: str, watch: bool = False) -> list[str]:
@@ -429,6 +519,11 @@ class SimZkClient:
     async def multi(self, ops: Sequence[ZkOp]) -> list[OpResult]:
         if not ops:
             return []
+        if self._pause_at_next_write_s > 0:
+            seconds, self._pause_at_next_write_s = self._pause_at_next_write_s, 0.0
+            self.pause(seconds)
+        if await self.wait_if_paused() and self._session not in self.model.live_sessions:
+            self.model.landed["write_after_pause_refused"] += 1
         self._before(ops[0].path)
         results = self.model.multi(self._session, ops)
         self._after(ops[0].path)
