@@ -466,6 +466,13 @@ class ReassignmentManager:
         if assignment is not None:
             await self._fence_and_shrink(tp, assignment)
             await self._write_assignment(tp, assignment)
+        else:
+            # Phase B (the context already holds the target replicas): a removed replica that
+            # still led (B3 found no live target replica to move the leadership to) left the
+            # partition leaderless as it went out of the ISR.
+            state = self.ctx.partition_states.get(tp)
+            if state is not None and state.leader == NO_LEADER:
+                await self._leaderless_after_shrink(tp)
         offline = [r for r in targets if rsm.state(r) is ReplicaState.OFFLINE]
         await rsm.handle_state_changes(offline, ReplicaState.DELETION_STARTED)
         await rsm.handle_state_changes(offline, ReplicaState.DELETION_SUCCESSFUL)
@@ -489,8 +496,21 @@ class ReassignmentManager:
             isr = tuple(r for r in current.isr if r in assignment.replicas) or current.isr
             leader = current.leader if current.leader in assignment.replicas and current.leader in isr else NO_LEADER
             if await self._write_state_and_send(tp, current, leader, isr, assignment):
+                if leader == NO_LEADER:
+                    await self._leaderless_after_shrink(tp)
                 return
         log.error("reassignment of %s: could not cut the ISR to the new replicas (state kept changing)", tp)
+
+    async def _leaderless_after_shrink(self, tp: TopicPartition) -> None:
+        """The cut left no leader (the old one is not among the new replicas and none of them
+        was live to take over): the partition is Offline, not Online, so that the start of a
+        new replica's broker elects it (onBrokerStartup retries offline partitions), and an
+        election runs now in case a new replica is live. The simulation found such a partition
+        leaderless for good while the state machine called it Online."""
+        psm = self.partitions.psm
+        if psm.state(tp) is PartitionState.ONLINE:
+            await psm.handle_state_changes([tp], PartitionState.OFFLINE)
+        await psm.handle_state_changes([tp], PartitionState.ONLINE)
 
     async def _write_state_and_send(
         self,

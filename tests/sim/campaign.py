@@ -536,12 +536,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=100, help="how many seeds, from --first")
     parser.add_argument("--first", type=int, default=0)
-    parser.add_argument("--seed", type=int, help="run only this seed")
+    parser.add_argument("--seed", type=str, help="run only this seed (or a comma-separated list)")
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--trace", action="store_true", help="print every step of the run")
     args = parser.parse_args()
     logging.basicConfig(level=logging.CRITICAL)
-    seeds = [args.seed] if args.seed is not None else list(range(args.first, args.first + args.seeds))
+    if args.seed is not None:
+        seeds = [int(s) for s in args.seed.split(",")]
+    else:
+        seeds = list(range(args.first, args.first + args.seeds))
     started = time.monotonic()
     failures = []
     landed: collections.Counter[str] = collections.Counter()

@@ -516,7 +516,7 @@ class SimZkClient:
 
     # --- writes ---------------------------------------------------------------------------------
 
-    async def multi(self, ops: Sequence[ZkOp]) -> list[OpResult]:
+    async def multi(self, ops: Sequence[ZkOp], session_id: int | None = None) -> list[OpResult]:
         if not ops:
             return []
         if self._pause_at_next_write_s > 0:
@@ -524,6 +524,10 @@ class SimZkClient:
             self.pause(seconds)
         if await self.wait_if_paused() and self._session not in self.model.live_sessions:
             self.model.landed["write_after_pause_refused"] += 1
+        if session_id is not None and session_id != self._session:
+            # The request waited (a paused process) while its session ended and a new one began.
+            self.model.landed["write_on_a_newer_session_refused"] += 1
+            raise ZkUnavailableError(f"session 0x{session_id:x} has ended; not sending on 0x{self._session:x}")
         self._before(ops[0].path)
         results = self.model.multi(self._session, ops)
         self._after(ops[0].path)

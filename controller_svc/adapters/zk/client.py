@@ -642,8 +642,12 @@ class ZkClient:
                 pass
 
     @_on_io_thread
-    async def multi(self, ops: Sequence[ZkOp]) -> list[OpResult]:
-        """Run `ops` atomically. Raises the first failing op's translated error, its `op_index` naming the op."""
+    async def multi(self, ops: Sequence[ZkOp], session_id: int | None = None) -> list[OpResult]:
+        """Run `ops` atomically. Raises the first failing op's translated error, its `op_index` naming the op.
+
+        With `session_id`, the ops are sent only on that session (checked on the session's
+        thread as the request goes out): a controller's fenced write must never go out on a
+        newer session than the one it was elected in (ZkUnavailableError if it would)."""
         if not ops:
             return []
         request = protocol.TransactionRequest()
@@ -660,6 +664,8 @@ class ZkClient:
                 request.add(protocol.SetDataRequest(path=full, data=op.data, version=op.version))
             else:
                 request.add(protocol.DeleteRequest(path=full, version=op.version))
+        if session_id is not None and self.session_id != session_id:
+            raise ZkUnavailableError(f"session 0x{session_id:x} has ended; not sending on 0x{self.session_id:x}")
         try:
             response = await self._client.send(request)
         except Exception as e:

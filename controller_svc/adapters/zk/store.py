@@ -294,7 +294,7 @@ class ControllerZkStore:
                     f"ZooKeeper session changed since election (0x{fence.session_id:x} -> 0x{self.zk.session_id:x})"
                 )
             try:
-                return await self.zk.multi(ops)
+                return await self.zk.multi(ops, session_id=fence.session_id)
             except ZkUnavailableError as e:
                 attempt += 1
                 if loop.time() >= deadline:
