@@ -20,6 +20,7 @@ import grpc
 
 from controller_svc.common import metrics
 from controller_svc.common.model import BrokerInfo
+from controller_svc.common.self_stop import BEFORE_SEND, SelfStop
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.common.tasks import TaskDeathHandler, cancel_and_wait, spawn
 from controller_svc.common.tls import TlsFiles, aio_channel
@@ -125,8 +126,10 @@ class RequestSender:
         correlation_ids: itertools.count[int],
         on_queue_change: Callable[[], None] = lambda: None,
         on_death: TaskDeathHandler | None = None,
+        self_stop: SelfStop | None = None,
     ) -> None:
         self.broker = broker
+        self._self_stop = self_stop
         self.client = client
         self.queue: asyncio.Queue[QueueItem] = asyncio.Queue()
         self._controller_epoch = controller_epoch
@@ -173,6 +176,9 @@ class RequestSender:
             partitions=partitions,
             controller_epoch=self._controller_epoch,
         )
+        if self._self_stop is not None:
+            # Fault injection: a zombie stops here with the request in hand; resumed, it sends it.
+            self._self_stop.stop_if_armed(BEFORE_SEND, broker=broker_id, api=item.api.value)
         attempts = 0
         while True:
             attempts += 1
@@ -252,7 +258,9 @@ class ChannelManager:
         retry_backoff_s: float = 0.1,
         client_factory: ClientFactory = grpc_client_factory,
         on_sender_death: TaskDeathHandler | None = None,
+        self_stop: SelfStop | None = None,
     ) -> None:
+        self._self_stop = self_stop
         self.controller_epoch = controller_epoch
         # A sender that dies (a bug: it catches every error of a send) would leave its broker
         # without requests for the rest of the term; the owner resigns rather than go on.
@@ -296,6 +304,7 @@ class ChannelManager:
             self._correlation_ids,
             self._update_total_queue_size,
             self._on_sender_death,
+            self._self_stop,
         )
         self._senders[info.broker_id] = sender
         log.info("added channel to broker %d (%s)", info.broker_id, sender.client)

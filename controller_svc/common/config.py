@@ -161,6 +161,13 @@ CONTROLLER_KEYS: tuple[Key, ...] = (
         "as a failover over a very large cluster does (0: off)",
         _non_negative,
     ),
+    Key(
+        "debug.self.stop.dir",
+        str,
+        "",
+        "Fault injection (tests): a directory where the file <node>.before-fenced-write or <node>.before-send "
+        "makes this controller SIGSTOP itself at that point, once (empty: off)",
+    ),
     *COMMON_KEYS,
 )
 

@@ -28,6 +28,7 @@ from controller_svc.common.errors import (
     NotControllerError,
     ZkUnavailableError,
 )
+from controller_svc.common.self_stop import SelfStop
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.common.tasks import cancel_and_wait, spawn
 from controller_svc.controller import events as ev
@@ -53,7 +54,12 @@ class Controller:
         self.settings = settings
         self.id = settings.controller_id
         self.zk = zk
-        self._zk_store = ControllerZkStore(zk)
+        self.self_stop = (
+            SelfStop(settings.debug_self_stop_dir, f"controller-{self.id}", state_log)
+            if settings.debug_self_stop_dir
+            else None
+        )
+        self._zk_store = ControllerZkStore(zk, self_stop=self.self_stop)
         self.store: ControllerStore = self._zk_store
         self.state_log = state_log
         self.context = ControllerContext()
@@ -317,6 +323,7 @@ class Controller:
             self.state_log,
             self._client_factory,
             self.events.put,
+            self.self_stop,
         )
         if self.on_role_change is not None:
             self.on_role_change(True)

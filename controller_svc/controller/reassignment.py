@@ -301,7 +301,15 @@ class ReassignmentManager:
         for tp in abandoned:
             current = self.ctx.assignment(tp)
             assert current is not None
-            reverted = ReplicaAssignment(current.origin_replicas)
+            # The replicas revert to the original ones, plus any added replica already in the
+            # ISR: the ISR must stay within the replicas, and those replicas hold the topic's
+            # data, which the deletion then removes like the rest (the simulation found an
+            # abandoned reassignment leaving an ISR of added replicas outside the reverted set).
+            state = (await self.partitions.psm.store.read([tp])).get(tp)
+            in_sync = [r for r in (state.isr if state is not None else ()) if r in current.replicas]
+            reverted = ReplicaAssignment(
+                tuple(current.origin_replicas) + tuple(r for r in in_sync if r not in current.origin_replicas)
+            )
             unneeded = [r for r in current.replicas if r not in reverted.replicas]
             await self._stop_removed_replicas(tp, unneeded, reverted)
             log.info("reassignment of %s abandoned: its topic is being deleted", tp)
@@ -466,6 +474,12 @@ class ReassignmentManager:
         if assignment is not None:
             await self._fence_and_shrink(tp, assignment)
             await self._write_assignment(tp, assignment)
+            # Elect only now that the context holds the new replica set: an election before
+            # would pick among the replicas being removed (the simulation found one elected
+            # unclean there, and the ISR it led left outside the reverted replicas).
+            state = self.ctx.partition_states.get(tp)
+            if state is not None and state.leader == NO_LEADER:
+                await self._leaderless_after_shrink(tp)
         else:
             # Phase B (the context already holds the target replicas): a removed replica that
             # still led (B3 found no live target replica to move the leadership to) left the
@@ -496,8 +510,6 @@ class ReassignmentManager:
             isr = tuple(r for r in current.isr if r in assignment.replicas) or current.isr
             leader = current.leader if current.leader in assignment.replicas and current.leader in isr else NO_LEADER
             if await self._write_state_and_send(tp, current, leader, isr, assignment):
-                if leader == NO_LEADER:
-                    await self._leaderless_after_shrink(tp)
                 return
         log.error("reassignment of %s: could not cut the ISR to the new replicas (state kept changing)", tp)
 
@@ -510,7 +522,8 @@ class ReassignmentManager:
         psm = self.partitions.psm
         if psm.state(tp) is PartitionState.ONLINE:
             await psm.handle_state_changes([tp], PartitionState.OFFLINE)
-        await psm.handle_state_changes([tp], PartitionState.ONLINE)
+        if not self.ctx.is_topic_queued_for_deletion(tp.topic):
+            await psm.handle_state_changes([tp], PartitionState.ONLINE)
 
     async def _write_state_and_send(
         self,

@@ -22,3 +22,6 @@ class ControllerSettings:
     first_rebalance_delay_s: float = 5.0
     # Fault injection: hold the event loop this long after the failover's load (0: off).
     debug_failover_hold_loop_s: float = 0.0
+    # Fault injection: the directory of arm files for stopping this process at a named point
+    # (common/self_stop.py; empty: off).
+    debug_self_stop_dir: str = ""

@@ -21,6 +21,7 @@ from controller_svc.adapters.zk.client import CreateOp, WatchKind
 from controller_svc.common import metrics
 from controller_svc.common.errors import ErrorCode, ZkNodeExistsError
 from controller_svc.common.model import TopicPartition
+from controller_svc.common.self_stop import SelfStop
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.common.tasks import cancel_and_wait, spawn
 from controller_svc.controller import events as ev
@@ -70,7 +71,9 @@ class TermOfOffice:
         state_log: StateChangeLog,
         client_factory: ClientFactory,
         put: Callable[[ev.ControllerEvent], object],
+        self_stop: SelfStop | None = None,
     ) -> None:
+        self._self_stop = self_stop
         self.settings = settings
         self.id = settings.controller_id
         self.ctx = ctx
@@ -169,6 +172,7 @@ class TermOfOffice:
             self.settings.retry_backoff_s,
             self._client_factory,
             on_sender_death=self._on_task_death,
+            self_stop=self._self_stop,
         )
         for info in brokers.values():
             self.channels.add_broker(info)

@@ -105,6 +105,7 @@ async def run_controller(config: Config) -> int:
         leader_imbalance_per_broker_percentage=config.int("leader.imbalance.per.broker.percentage"),
         leader_imbalance_check_interval_s=float(config.int("leader.imbalance.check.interval.seconds")),
         debug_failover_hold_loop_s=config.int("debug.failover.hold.loop.ms") / 1000.0,
+        debug_self_stop_dir=config.str("debug.self.stop.dir"),
     )
     controller = Controller(settings, zk, state_log, client_factory=tls_client_factory(tls_files))
     controller_pb2_grpc.add_ControllerServicer_to_server(ControllerService(controller), server)

@@ -66,11 +66,11 @@ class LostReplyClient(ZkClient):
     armed = False
     resent = False
 
-    async def multi(self, ops):  # type: ignore[no-untyped-def]
+    async def multi(self, ops, session_id=None):  # type: ignore[no-untyped-def]
         if self.armed and not self.resent:
             self.resent = True
-            await super().multi(ops)
-        return await super().multi(ops)
+            await super().multi(ops, session_id)
+        return await super().multi(ops, session_id)
 
 
 async def test_lost_election_reply_is_resolved_by_rereading(chroot_connect: str) -> None:

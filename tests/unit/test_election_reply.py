@@ -28,7 +28,7 @@ class ZkLosingReplies:
         data, version, owner = self.znodes[path]
         return data, ZnodeStat(version, 1, 1, owner, 0)
 
-    async def multi(self, ops: list[Any]) -> list[OpResult]:
+    async def multi(self, ops: list[Any], session_id: int | None = None) -> list[OpResult]:
         if self.apply_then_lose:
             for op in ops:
                 if isinstance(op, CreateOp):

@@ -45,7 +45,7 @@ class ZkWithoutAnswers:
         self.calls = 0
         self.session_id = 0x10
 
-    async def multi(self, ops: list[Any]) -> list[OpResult]:
+    async def multi(self, ops: list[Any], session_id: int | None = None) -> list[OpResult]:
         self.calls += 1
         if self.new_session_after is not None and self.calls > self.new_session_after:
             self.session_id = 0x11

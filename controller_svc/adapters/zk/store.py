@@ -38,6 +38,7 @@ from controller_svc.common.errors import (
     ZkUnavailableError,
 )
 from controller_svc.common.model import BrokerInfo, TopicPartition
+from controller_svc.common.self_stop import BEFORE_FENCED_WRITE, SelfStop
 from controller_svc.core.context import ControllerContext
 
 log = logging.getLogger(__name__)
@@ -63,8 +64,12 @@ class EpochFence:
 
 
 class ControllerZkStore:
-    def __init__(self, zk: ZkClient, clock_ms: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self, zk: ZkClient, clock_ms: Callable[[], int] | None = None, self_stop: SelfStop | None = None
+    ) -> None:
         self.zk = zk
+        # Fault injection (debug.self.stop.dir): stop this process just before a fenced write.
+        self.self_stop = self_stop
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self.fence: EpochFence | None = None
 
@@ -261,6 +266,21 @@ class ControllerZkStore:
 
     async def fenced_multi(self, ops: Sequence[ZkOp]) -> list[OpResult]:
         """Run `ops` behind the controller-epoch check; returns the results of `ops` only."""
+        if self.self_stop is not None and self.self_stop.stop_if_armed(BEFORE_FENCED_WRITE, ops=len(ops)):
+            # A zombie's write, attempted after it resumed: what became of it is the test's proof.
+            fence = self.fence
+            try:
+                results = await self._fenced_multi(ops)
+            except ControllerError as e:
+                self.self_stop.record(
+                    "debug.zombie_write", outcome="refused", error=str(e), epoch=fence.epoch if fence else -1
+                )
+                raise
+            self.self_stop.record("debug.zombie_write", outcome="applied", epoch=fence.epoch if fence else -1)
+            return results
+        return await self._fenced_multi(ops)
+
+    async def _fenced_multi(self, ops: Sequence[ZkOp]) -> list[OpResult]:
         fence = self.fence
         if fence is None:
             raise ControllerMovedError("not the active controller: no epoch fence")
