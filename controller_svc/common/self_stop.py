@@ -8,6 +8,11 @@ with `debug.self.stop.dir` set, the process checks for `DIR/<node>.<point>` at e
 point, and when the file exists it removes it, writes `debug.self_stop` to its state-change
 log and stops itself. The test then sees the record, lets the cluster move on, and sends
 SIGCONT: the process carries on from that very point.
+
+An arm file may say which occurrence to stop at: `skip=N match=TEXT` lets the first N
+occurrences whose fields mention TEXT go by (and ignores those that do not mention it), so a
+test can stop a controller between two writes of one operation ("in the middle of moving
+leaders").
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class SelfStop:
         self.directory = pathlib.Path(directory)
         self.node = node
         self.state_log = state_log
+        self._passed: dict[str, int] = {}  # point -> matching occurrences let go by
 
     def __repr__(self) -> str:
         return f"SelfStop({str(self.directory)!r}, node={self.node!r})"
@@ -38,6 +44,18 @@ class SelfStop:
     def stop_if_armed(self, point: str, **fields: Any) -> bool:
         """Stop here if armed (once per arming). True if the process stopped and was resumed."""
         arm = self.arm_file(point)
+        try:
+            spec = dict(item.split("=", 1) for item in arm.read_text().split() if "=" in item)
+        except FileNotFoundError:
+            self._passed.pop(point, None)
+            return False
+        if spec.get("match") and spec["match"] not in repr(fields):
+            return False
+        passed = self._passed.get(point, 0)
+        if passed < int(spec.get("skip", "0")):
+            self._passed[point] = passed + 1
+            return False
+        self._passed.pop(point, None)
         try:
             arm.unlink()
         except FileNotFoundError:

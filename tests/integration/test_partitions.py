@@ -246,8 +246,14 @@ async def test_unclean_election_only_when_enabled_for_the_topic(cluster_factory)
 
 
 async def test_fast_broker_bounce_is_detected_and_reinitialised(cluster_factory) -> None:
-    # No controlled shutdown: it would wait for the paused controller.
-    cluster = await cluster_factory(controllers=1, brokers=3, broker_overrides={"controlled.shutdown.enable": "false"})
+    # No controlled shutdown: it would wait for the paused controller. A long session timeout:
+    # the pause must stay well inside it for the restart to be a bounce (asserted below).
+    cluster = await cluster_factory(
+        controllers=1,
+        brokers=3,
+        broker_overrides={"controlled.shutdown.enable": "false"},
+        session_timeout_ms=12000,
+    )
     snap = await cluster.converged()
     assert (await create_topic(cluster, "b", partitions=3, replication_factor=3)).error_code == 0
     await eventually(lambda: brokers_agree_with_controller(cluster, "b", [1, 2, 3]), 30, what="b online")
@@ -353,15 +359,43 @@ async def test_log_dir_failure_moves_replicas_offline(cluster_factory) -> None:
     assert all(1 in current[k].isr for k in healthy)
 
 
-async def test_controller_killed_while_moving_leaders_converges(cluster_factory) -> None:
-    cluster = await cluster_factory(controllers=2, brokers=3)
+async def test_controller_killed_while_moving_leaders_converges(cluster_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The controller dies between the two writes of a broker failure (Kafka's onBrokerFailure:
+    new leaders for the partitions the broker led, then the broker out of the other ISRs). It
+    stops itself right there (debug.self.stop.dir) and is killed while stopped, so the fault
+    lands in the middle every time; the next controller finishes the move."""
+    stops = tmp_path / "stops"
+    stops.mkdir()
+    cluster = await cluster_factory(controllers=2, brokers=3, controller_overrides={"debug.self.stop.dir": str(stops)})
     snap = await cluster.converged()
     assert (await create_topic(cluster, "many", partitions=150, replication_factor=3)).error_code == 0
     await eventually(lambda: brokers_agree_with_controller(cluster, "many", [1, 2, 3]), 60, what="many online")
-    # Kill the broker leading a third of the partitions and, right behind it, the controller.
+    before = await partitions(cluster, "many")
+    led_by_3 = {tp for tp, p in before.items() if p.leader == 3}
+    followed_by_3 = {tp for tp, p in before.items() if p.leader != 3 and 3 in p.isr}
+    assert led_by_3 and followed_by_3
+    controller = cluster.controller(snap.controller_id)
+    # Let the first partition-state write go (the new leaders), stop before the second.
+    (stops / f"controller-{controller['id']}.before-fenced-write").write_text("skip=1 match=/state")
     cluster.kill(cluster.broker(3))
-    await asyncio.sleep(cluster.session_timeout_ms / 1000.0)
-    cluster.kill(cluster.controller(snap.controller_id))
+
+    async def stopped_in_the_middle() -> bool:
+        return any(r["kind"] == "debug.self_stop" for r in cluster.records(f"controller-{controller['id']}"))
+
+    await eventually(stopped_in_the_middle, 30, what="the controller to stop between its two writes")
+    zk = await cluster.zk()
+    try:
+        states = {}
+        for topic, partition in before:
+            data, _stat = await zk.get(paths.partition_state_path(topic, partition))
+            states[(topic, partition)] = json.loads(data)
+    finally:
+        await zk.close()
+    # In the middle: every partition broker 3 led has a new leader, and the ISRs it followed
+    # in still name it.
+    assert all(states[tp]["leader"] in (1, 2) for tp in led_by_3)
+    assert all(3 in states[tp]["isr"] for tp in followed_by_3)
+    cluster.kill(controller)  # SIGKILL ends a stopped process too
 
     async def converged() -> bool:
         current = await partitions(cluster, "many")

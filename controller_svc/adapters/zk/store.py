@@ -266,17 +266,16 @@ class ControllerZkStore:
 
     async def fenced_multi(self, ops: Sequence[ZkOp]) -> list[OpResult]:
         """Run `ops` behind the controller-epoch check; returns the results of `ops` only."""
-        if self.self_stop is not None and self.self_stop.stop_if_armed(BEFORE_FENCED_WRITE, ops=len(ops)):
+        stop = self.self_stop
+        if stop is not None and stop.stop_if_armed(BEFORE_FENCED_WRITE, paths=[op.path for op in ops]):
             # A zombie's write, attempted after it resumed: what became of it is the test's proof.
             fence = self.fence
             try:
                 results = await self._fenced_multi(ops)
             except ControllerError as e:
-                self.self_stop.record(
-                    "debug.zombie_write", outcome="refused", error=str(e), epoch=fence.epoch if fence else -1
-                )
+                stop.record("debug.zombie_write", outcome="refused", error=str(e), epoch=fence.epoch if fence else -1)
                 raise
-            self.self_stop.record("debug.zombie_write", outcome="applied", epoch=fence.epoch if fence else -1)
+            stop.record("debug.zombie_write", outcome="applied", epoch=fence.epoch if fence else -1)
             return results
         return await self._fenced_multi(ops)
 
