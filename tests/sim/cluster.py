@@ -160,11 +160,15 @@ class SimCluster:
         for broker in self.brokers.values():
             await broker.start()
 
-    async def start_controller(self, controller_id: int) -> Controller:
+    async def start_controller(
+        self, controller_id: int, before_start: Callable[[SimZkClient], None] | None = None
+    ) -> Controller:
         zk = SimZkClient(self.model, self.session_timeout_ms)
         await zk.start()
         for path in paths.PERSISTENT_PATHS:
             await zk.ensure_path(path)
+        if before_start is not None:
+            before_start(zk)  # e.g. a fault armed for the controller's first requests
         settings = ControllerSettings(
             controller_id,
             f"sim:{controller_id}",

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
-from controller_svc.adapters.zk import paths
-from controller_svc.common.model import TopicPartition
+from controller_svc.adapters.zk import codecs, paths
+from controller_svc.common.model import BrokerInfo, EndPoint, TopicPartition
 from controller_svc.controller import events as ev
 from tests.sim.cluster import SimCluster
 
@@ -174,6 +175,139 @@ async def test_a_dead_request_sender_makes_the_controller_resign_and_a_new_term_
             and cluster.brokers[2].state.controller_epoch == controller.context.epoch,
             what="broker 2 served by the new term",
         )
+        cluster.safety()
+    finally:
+        await cluster.stop_all()
+
+
+async def test_create_topics_failing_part_way_brings_the_written_topics_online() -> None:
+    """Item 4 (Kafka finds new topics by diffing ZooKeeper against its context): a topic whose
+    znode was written is brought online although a later topic of the same request fails."""
+    cluster = SimCluster(brokers=2, auto_leader_rebalance_enable=False)
+    try:
+        await cluster.start_brokers()
+        controller = await cluster.start_controller(1)
+        controller.zk.refused_prefixes.add(paths.topic_path("refused"))  # type: ignore[attr-defined]
+        reply = asyncio.get_running_loop().create_future()
+        results = await controller.submit(
+            ev.CreateTopics(
+                reply=reply,
+                topics=(ev.NewTopic("written", 1, 2), ev.NewTopic("refused", 1, 2), ev.NewTopic("after", 1, 2)),
+            )
+        )
+        codes = {r.name: r.error_code for r in results}
+        assert codes["written"] == 0 and codes["after"] == 0 and codes["refused"] != 0, codes
+        for topic in ("written", "after"):
+            tp = TopicPartition(topic, 0)
+            await cluster.until(
+                lambda tp=tp: cluster.state_in_zookeeper(tp) is not None
+                and all(cluster.brokers[b].state.roles.get(tp) is not None for b in (1, 2)),
+                what=f"{topic} online on both replicas",
+            )
+        assert paths.topic_path("refused") not in cluster.model.nodes
+        cluster.safety()
+    finally:
+        await cluster.stop_all()
+
+
+async def test_unclean_permission_is_read_from_zookeeper_at_each_election() -> None:
+    """Item 6 (Kafka reads the topic config at each election): a config enabling unclean
+    election whose change notification the controller never saw still allows it."""
+    cluster = SimCluster(brokers=2, auto_leader_rebalance_enable=False)
+    try:
+        await cluster.start_brokers()
+        await cluster.start_controller(1)
+        await cluster.create_topic("t", {0: [1, 2]})
+        await cluster.until(
+            lambda: cluster.state_in_zookeeper(T0) is not None and cluster.state_in_zookeeper(T0).isr == (1, 2),
+            what="t-0 online with both replicas in sync",
+        )
+        await cluster.brokers[2].kill()
+        await cluster.until(lambda: cluster.state_in_zookeeper(T0).isr == (1,), what="2 out of the ISR")
+        admin = await cluster.admin()
+        config = {"version": 1, "config": {"unclean.leader.election.enable": "true"}}
+        await admin.create(f"{paths.CONFIG_TOPICS}/t", json.dumps(config).encode())  # no notification
+        await admin.close()
+        await cluster.brokers[1].kill()
+        await cluster.until(lambda: cluster.state_in_zookeeper(T0).leader == -1, what="t-0 offline")
+        await cluster.brokers[2].restart(cluster)
+        await cluster.until(lambda: cluster.state_in_zookeeper(T0).leader == 2, what="an unclean election of 2")
+        cluster.safety()
+    finally:
+        await cluster.stop_all()
+
+
+async def test_a_lost_election_reply_leaves_the_winner_active() -> None:
+    """Item 8 (KAFKA-13407's symptom): the election multi is applied but its reply lost; the
+    controller resolves it by re-reading and is active, /controller naming its own session,
+    with the epoch bumped once."""
+    cluster = SimCluster(brokers=1, auto_leader_rebalance_enable=False)
+    try:
+        await cluster.start_brokers()
+        controller = await cluster.start_controller(1, before_start=lambda zk: zk.lose_next_write_replies(1))
+        await cluster.until(lambda: controller.is_active, what="the controller to be active")
+        assert cluster.model.landed["write_reply_lost"] == 1, "the fault did not land"
+        owner = cluster.model.nodes[paths.CONTROLLER].ephemeral_owner
+        assert owner == controller.zk.session_id and controller.context.epoch == cluster.zk_epoch() == 1
+    finally:
+        await cluster.stop_all()
+
+
+async def test_resignation_closes_the_term_and_the_next_term_holds_the_same_watches() -> None:
+    """Item 9: resignation undoes all that failover set up; a second term holds exactly what
+    the first held (before, every term stacked more watch callbacks)."""
+    cluster = SimCluster(brokers=2, auto_leader_rebalance_enable=False)
+    try:
+        await cluster.start_brokers()
+        controller = await cluster.start_controller(1)
+        await cluster.create_topic("t", {0: [1, 2]})
+        await cluster.until(lambda: cluster.state_in_zookeeper(T0) is not None, what="t-0 online")
+        first_term, first_watches = controller.term, controller.zk.watch_counts()  # type: ignore[attr-defined]
+        admin = await cluster.admin()
+        await admin.set_data(paths.CONTROLLER_EPOCH, b"7")  # another party moves the epoch
+        await admin.close()
+        await cluster.until(
+            lambda: controller.term is not None and controller.term is not first_term and controller.context.epoch == 8,
+            what="a resignation and a new term",
+        )
+        assert first_term is not None and first_term.closed and first_term.channels is None
+        await cluster.until(
+            lambda: controller.events.current is None and controller.events.queue_size == 0, what="the queue to drain"
+        )
+        assert controller.zk.watch_counts() == first_watches  # type: ignore[attr-defined]
+        cluster.safety()
+    finally:
+        await cluster.stop_all()
+
+
+async def test_an_endpoint_change_keeps_the_broker_live_with_its_channel() -> None:
+    """Item 11 (processBrokerModification): a broker whose registration changes its endpoint
+    stays live (no failure, no bounce); its channel moves to the new endpoint and it keeps
+    getting requests."""
+    cluster = SimCluster(brokers=2, auto_leader_rebalance_enable=False)
+    records: list[tuple[str, dict[str, Any]]] = []
+    cluster.on_record = lambda _node, kind, fields: records.append((kind, fields))
+    try:
+        await cluster.start_brokers()
+        controller = await cluster.start_controller(1)
+        await cluster.create_topic("t", {0: [1, 2]})
+        await cluster.until(lambda: cluster.state_in_zookeeper(T0) is not None, what="t-0 online")
+        moved = BrokerInfo(2, (EndPoint("PLAINTEXT", "moved", 9999, "PLAINTEXT"),), None, -1)
+        admin = await cluster.admin()
+        await admin.set_data(paths.broker_path(2), codecs.encode_broker_registration(moved, 0))
+        await admin.close()
+        await cluster.until(
+            lambda: controller.context.live_brokers[2].endpoints[0].port == 9999, what="the new endpoint"
+        )
+        changes = [f for kind, f in records if kind == "broker.change"]
+        assert changes and all(not f["dead"] and not f["bounced"] for f in changes), changes
+        assert changes[-1]["endpoints_changed"] == [2]
+        leader = cluster.state_in_zookeeper(T0).leader
+        await cluster.brokers[1 if leader == 1 else 2].kill()
+        if leader == 1:
+            await cluster.until(
+                lambda: cluster.brokers[2].state.roles[T0].role == "leader", what="broker 2 told it leads"
+            )
         cluster.safety()
     finally:
         await cluster.stop_all()

@@ -40,6 +40,7 @@ from controller_svc.common.errors import (
     ZkBadVersionError,
     ZkNodeExistsError,
     ZkNoNodeError,
+    ZkNotAuthorizedError,
     ZkNotEmptyError,
     ZkUnavailableError,
 )
@@ -306,6 +307,8 @@ class SimZkClient:
         self._pause_at_next_write_s = 0.0
         # A hung server: reads wait until then (loop time) before they are answered.
         self._hung_until = 0.0
+        # Writes under these paths are refused (NoAuth: an ACL this identity does not pass).
+        self.refused_prefixes: set[str] = set()
 
     def __repr__(self) -> str:
         return f"SimZkClient(session=0x{self._session:x})"
@@ -440,6 +443,11 @@ class SimZkClient:
             self.model.landed["read_hung"] += 1
             await asyncio.sleep(delay)
 
+    def _refuse(self, ops: Sequence[ZkOp]) -> None:
+        for op in ops:
+            if not isinstance(op, CheckOp) and any(op.path.startswith(p) for p in self.refused_prefixes):
+                raise ZkNotAuthorizedError(f"ZooKeeper refused NoAuth on {op.path} (simulated ACL)")
+
     def _before(self, path: str) -> None:
         if self._fail_next:
             self._fail_next -= 1
@@ -448,6 +456,7 @@ class SimZkClient:
     def _after(self, path: str) -> None:
         if self._lose_next:
             self._lose_next -= 1
+            self.model.landed["write_reply_lost"] += 1
             raise ZkUnavailableError(f"ZooKeeper request on {path} failed: reply lost (simulated)")
 
     # --- watches --------------------------------------------------------------------------------
@@ -528,6 +537,7 @@ class SimZkClient:
             # The request waited (a paused process) while its session ended and a new one began.
             self.model.landed["write_on_a_newer_session_refused"] += 1
             raise ZkUnavailableError(f"session 0x{session_id:x} has ended; not sending on 0x{self._session:x}")
+        self._refuse(ops)
         self._before(ops[0].path)
         results = self.model.multi(self._session, ops)
         self._after(ops[0].path)
