@@ -6,7 +6,6 @@ maybeShrinkIsr / maybeExpandIsr and ReplicaManager.propagateIsrChanges)."""
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from dataclasses import dataclass, replace
 
@@ -112,10 +111,7 @@ async def update_isrs(
     await zk.pipelined([functools.partial(write, tp, path, updated) for tp, path, updated in writes])
     changed = [tp for tp in partitions if results[tp].error == ErrorCode.NONE]
     if changed:
-        notification = json.dumps(
-            {"version": 1, "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in changed]},
-            separators=(",", ":"),
-        ).encode()
+        notification = codecs.encode_isr_change_notification(changed)
         try:
             await zk.create(f"{paths.ISR_CHANGE_NOTIFICATION}/isr_change_", notification, sequential=True)
         except (ZkNoNodeError, ZkNodeExistsError, ZkNotAuthorizedError) as e:
@@ -169,5 +165,5 @@ def caught_up_followers(
 
 async def write_log_dir_event(zk: ZkClient, broker_id: int) -> None:
     """LogDirFailureChannel -> /log_dir_event_notification/log_dir_event_<seq>."""
-    data = json.dumps({"version": 1, "broker": broker_id, "event": 1}, separators=(",", ":")).encode()
+    data = codecs.encode_log_dir_event(broker_id)
     await zk.create(f"{paths.LOG_DIR_EVENT_NOTIFICATION}/log_dir_event_", data, sequential=True)

@@ -4,14 +4,13 @@ ElectLeaders RPC) and the automatic preferred-leader rebalance
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controller_svc.adapters.zk import paths
+from controller_svc.adapters.zk import codecs, paths
 from controller_svc.common import metrics
-from controller_svc.common.errors import ErrorCode
+from controller_svc.common.errors import CorruptZnodeError, ErrorCode
 from controller_svc.common.model import TopicPartition
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.controller.partition_manager import PartitionManager
@@ -114,12 +113,8 @@ class LeaderBalancer:
             return []
         partitions: list[TopicPartition] = []
         try:
-            obj = json.loads(got[0].decode("utf-8"))
-            for entry in obj["partitions"]:
-                if not isinstance(entry["topic"], str) or type(entry["partition"]) is not int:
-                    raise ValueError(f"bad entry {entry!r}")
-                partitions.append(TopicPartition(entry["topic"], entry["partition"]))
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+            partitions = codecs.decode_preferred_election(paths.PREFERRED_REPLICA_ELECTION, got[0])
+        except CorruptZnodeError as e:
             metrics.ADMIN_REQUEST_ERRORS.labels("PreferredReplicaElection", "INVALID_REQUEST").inc()
             log.error("%s is malformed (%s); removing it", paths.PREFERRED_REPLICA_ELECTION, e)
             partitions = []

@@ -15,7 +15,6 @@ B (ISR holds every target replica): target replicas -> OnlineReplica; AR = RAR; 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,35 +60,6 @@ def reassign_to(current: ReplicaAssignment, target: Sequence[int]) -> ReplicaAss
         tuple(r for r in full if r not in origin),
         tuple(r for r in origin if r not in target),
     )
-
-
-def parse_legacy_plan(data: bytes) -> tuple[list[tuple[TopicPartition, tuple[int, ...]]], list[str]]:
-    """/admin/reassign_partitions: {"version":1,"partitions":[{"topic","partition","replicas"}]}.
-    Returns the well-formed entries and a description of each malformed one."""
-    try:
-        obj = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        return [], [f"not JSON: {e}"]
-    entries = obj.get("partitions") if isinstance(obj, dict) else None
-    if not isinstance(entries, list):
-        return [], ["no 'partitions' list"]
-    good: list[tuple[TopicPartition, tuple[int, ...]]] = []
-    bad: list[str] = []
-    for entry in entries:
-        if not isinstance(entry, dict):
-            bad.append(f"entry {entry!r} is not an object")
-            continue
-        topic, partition, replicas = entry.get("topic"), entry.get("partition"), entry.get("replicas")
-        if (
-            not isinstance(topic, str)
-            or type(partition) is not int
-            or not isinstance(replicas, list)
-            or not all(type(r) is int for r in replicas)
-        ):
-            bad.append(f"entry {entry!r} needs a topic, an integer partition and a list of integer replicas")
-            continue
-        good.append((TopicPartition(topic, partition), tuple(replicas)))
-    return good, bad
 
 
 class ReassignmentManager:
@@ -235,7 +205,7 @@ class ReassignmentManager:
         got = await self.store.get_or_none(paths.REASSIGN_PARTITIONS, watch=True)
         if got is None:
             return
-        entries, malformed = parse_legacy_plan(got[0])
+        entries, malformed = codecs.decode_reassignment_plan(got[0])
         for description in malformed:
             metrics.ADMIN_REQUEST_ERRORS.labels("ZkPartitionReassignment", "INVALID_REQUEST").inc()
             log.error("%s: ignoring a malformed entry: %s", paths.REASSIGN_PARTITIONS, description)
@@ -578,15 +548,6 @@ class ReassignmentManager:
         if not entries:
             await self.store.fenced_delete([paths.REASSIGN_PARTITIONS])
             return
-        data = json.dumps(
-            {
-                "version": 1,
-                "partitions": [
-                    {"topic": tp.topic, "partition": tp.partition, "replicas": list(r)}
-                    for tp, r in sorted(entries.items())
-                ],
-            },
-            separators=(",", ":"),
-        ).encode()
+        data = codecs.encode_reassignment_plan(entries)
         if await self.store.exists(paths.REASSIGN_PARTITIONS):
             await self.store.fenced_multi([SetDataOp(paths.REASSIGN_PARTITIONS, data)])

@@ -5,7 +5,6 @@ and topics disappearing (KafkaController's TopicChange and PartitionModification
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import uuid
 from collections.abc import Sequence
@@ -248,7 +247,7 @@ class TopicAdmin:
         """The topic znode (version 3, as Kafka 2.8 writes it) and its config znode, in one
         fenced multi (AdminZkClient.createTopicWithAssignment)."""
         config_path = f"{paths.CONFIG_TOPICS}/{name}"
-        config_data = json.dumps({"version": 1, "config": configs}, separators=(",", ":")).encode()
+        config_data = codecs.encode_topic_config(configs)
         ops: list[ZkOp] = []
         if not await self.store.exists(config_path):
             ops.append(CreateOp(config_path, config_data))

@@ -6,7 +6,7 @@ import pytest
 
 from controller_svc.adapters.zk import codecs
 from controller_svc.common.errors import CorruptZnodeError
-from controller_svc.common.model import BrokerInfo, EndPoint, LeaderIsrAndControllerEpoch
+from controller_svc.common.model import BrokerInfo, EndPoint, LeaderIsrAndControllerEpoch, TopicPartition
 
 
 def test_controller_znode_is_kafkas_json() -> None:
@@ -110,3 +110,35 @@ def test_topic_versions_1_to_3(data: bytes, partitions: dict[int, tuple[int, ...
 def test_corrupt_topic(data: bytes) -> None:
     with pytest.raises(CorruptZnodeError):
         codecs.decode_topic("/brokers/topics/t", data)
+
+
+def test_admin_requests_and_notifications_have_their_kafka_shapes() -> None:
+    plan = {TopicPartition("t", 1): (3, 1), TopicPartition("t", 0): (2,)}
+    data = codecs.encode_reassignment_plan(plan)
+    assert json.loads(data) == {
+        "version": 1,
+        "partitions": [
+            {"topic": "t", "partition": 0, "replicas": [2]},
+            {"topic": "t", "partition": 1, "replicas": [3, 1]},
+        ],
+    }
+    good, bad = codecs.decode_reassignment_plan(data)
+    assert dict(good) == plan and bad == []
+    good, bad = codecs.decode_reassignment_plan(b'{"partitions":[{"topic":"t","partition":"0","replicas":[1]}]}')
+    assert good == [] and len(bad) == 1
+    election = b'{"version":1,"partitions":[{"topic":"t","partition":2}]}'
+    assert codecs.decode_preferred_election("/p", election) == [TopicPartition("t", 2)]
+    for malformed in (b"nope", b'{"partitions":{}}', b'{"partitions":[{"topic":1,"partition":2}]}'):
+        with pytest.raises(CorruptZnodeError):
+            codecs.decode_preferred_election("/p", malformed)
+    assert json.loads(codecs.encode_topic_config({"a": "b"})) == {"version": 1, "config": {"a": "b"}}
+    assert json.loads(codecs.encode_isr_change_notification([TopicPartition("t", 0)])) == {
+        "version": 1,
+        "partitions": [{"topic": "t", "partition": 0}],
+    }
+    assert json.loads(codecs.encode_log_dir_event(4)) == {"version": 1, "broker": 4, "event": 1}
+    assert codecs.decode_notification(b'{"version":2,"entity_path":"topics/t"}') == {
+        "version": 2,
+        "entity_path": "topics/t",
+    }
+    assert codecs.decode_notification(b"[1]") is None and codecs.decode_notification(b"\xff") is None

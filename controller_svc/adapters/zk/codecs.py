@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from controller_svc.common.errors import CorruptZnodeError
-from controller_svc.common.model import BrokerInfo, EndPoint, LeaderIsrAndControllerEpoch
+from controller_svc.common.model import BrokerInfo, EndPoint, LeaderIsrAndControllerEpoch, TopicPartition
 
 # --- helpers ---------------------------------------------------------------------------------
 
@@ -256,3 +256,89 @@ def decode_controller_endpoint(path: str, data: bytes | None) -> str:
     if not isinstance(grpc_endpoint, str) or ":" not in grpc_endpoint:
         raise CorruptZnodeError(path, f"grpc endpoint {grpc_endpoint!r} is not host:port")
     return grpc_endpoint
+
+# --- admin requests and notifications ----------------------------------------------------------
+
+
+def decode_reassignment_plan(data: bytes) -> tuple[list[tuple[TopicPartition, tuple[int, ...]]], list[str]]:
+    """/admin/reassign_partitions: {"version":1,"partitions":[{"topic","partition","replicas"}]}.
+    Returns the well-formed entries and a description of each malformed one."""
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        return [], [f"not JSON: {e}"]
+    entries = obj.get("partitions") if isinstance(obj, dict) else None
+    if not isinstance(entries, list):
+        return [], ["no 'partitions' list"]
+    good: list[tuple[TopicPartition, tuple[int, ...]]] = []
+    bad: list[str] = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            bad.append(f"entry {entry!r} is not an object")
+            continue
+        topic, partition, replicas = entry.get("topic"), entry.get("partition"), entry.get("replicas")
+        if (
+            not isinstance(topic, str)
+            or type(partition) is not int
+            or not isinstance(replicas, list)
+            or not all(type(r) is int for r in replicas)
+        ):
+            bad.append(f"entry {entry!r} needs a topic, an integer partition and a list of integer replicas")
+            continue
+        good.append((TopicPartition(topic, partition), tuple(replicas)))
+    return good, bad
+
+
+def encode_reassignment_plan(entries: dict[TopicPartition, tuple[int, ...]]) -> bytes:
+    """/admin/reassign_partitions, as kafka-reassign-partitions --zookeeper writes it."""
+    return _dumps(
+        {
+            "version": 1,
+            "partitions": [
+                {"topic": tp.topic, "partition": tp.partition, "replicas": list(r)} for tp, r in sorted(entries.items())
+            ],
+        }
+    )
+
+
+def decode_preferred_election(path: str, data: bytes | None) -> list[TopicPartition]:
+    """/admin/preferred_replica_election: {"version":1,"partitions":[{"topic","partition"}]}."""
+    obj = _loads_object(path, data)
+    entries = obj.get("partitions")
+    if not isinstance(entries, list):
+        raise CorruptZnodeError(path, "no 'partitions' list")
+    partitions: list[TopicPartition] = []
+    for entry in entries:
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("topic"), str)
+            or type(entry.get("partition")) is not int
+        ):
+            raise CorruptZnodeError(path, f"bad entry {entry!r}")
+        partitions.append(TopicPartition(entry["topic"], entry["partition"]))
+    return partitions
+
+
+def encode_topic_config(configs: dict[str, str]) -> bytes:
+    """/config/topics/<t>: {"version":1,"config":{...}}."""
+    return _dumps({"version": 1, "config": configs})
+
+
+def decode_notification(data: bytes | None) -> dict[str, object] | None:
+    """A notification znode's JSON object (ISR change, log-dir event, config change); None when
+    it is not one."""
+    try:
+        obj = json.loads((data or b"").decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def encode_isr_change_notification(partitions: list[TopicPartition]) -> bytes:
+    """/isr_change_notification/isr_change_<seq> (ReplicaManager.propagateIsrChanges)."""
+    return _dumps({"version": 1, "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]})
+
+
+def encode_log_dir_event(broker_id: int) -> bytes:
+    """/log_dir_event_notification/log_dir_event_<seq> (LogDirFailureChannel; event 1: failure)."""
+    return _dumps({"version": 1, "broker": broker_id, "event": 1})

@@ -4,7 +4,6 @@ znode in series). Corrupt znodes are reported, counted and skipped; they never s
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -139,9 +138,5 @@ async def read_notifications(zk: ZkClient, parent: str, watch: bool) -> list[tup
     for child, got in zip(children, reads, strict=True):
         if got is None:
             continue
-        try:
-            obj = json.loads(got[0].decode("utf-8"))
-            result.append((child, obj if isinstance(obj, dict) else None))
-        except (ValueError, UnicodeDecodeError):
-            result.append((child, None))
+        result.append((child, codecs.decode_notification(got[0])))
     return result
