@@ -500,6 +500,12 @@ class Campaign:
                     return f"broker {replica} has {role} for {tp}, ZooKeeper {state}"
             if set(state.isr) != set(replicas):
                 return f"{tp}: ISR {list(state.isr)} is not yet every replica {list(replicas)}"
+            for broker in cluster.brokers.values():
+                cached = broker.state.metadata.get(tp)
+                if cached is None or (cached.leader, cached.leader_epoch) != (state.leader, state.leader_epoch):
+                    return f"broker {broker.broker_id}'s metadata of {tp} is {cached}, ZooKeeper {state}"
+                if tuple(cached.replicas) != tuple(replicas) or set(cached.isr) != set(state.isr):
+                    return f"broker {broker.broker_id}'s metadata of {tp} has {cached}, ZooKeeper {state} {replicas}"
         return ""
 
 

@@ -270,4 +270,4 @@ class SimCluster:
             topic, partition = path.split("/")[3], int(path.split("/")[5])
             replicas = self.replicas_in_zookeeper(TopicPartition(topic, partition))
             assert state.leader == -1 or state.leader in state.isr, (path, state)
-            assert set(state.isr) <= set(replicas) or len(state.isr) == 1, (path, state, replicas)
+            assert set(state.isr) <= set(replicas), (path, state, replicas)
