@@ -9,6 +9,7 @@ import asyncio
 import json
 from typing import Any
 
+from broker_stub.isr import change_isr
 from controller_svc.adapters.zk import codecs, paths
 from controller_svc.common.model import BrokerInfo, EndPoint, TopicPartition
 from controller_svc.controller import events as ev
@@ -308,6 +309,45 @@ async def test_an_endpoint_change_keeps_the_broker_live_with_its_channel() -> No
             await cluster.until(
                 lambda: cluster.brokers[2].state.roles[T0].role == "leader", what="broker 2 told it leads"
             )
+        cluster.safety()
+    finally:
+        await cluster.stop_all()
+
+
+async def test_an_isr_change_made_while_the_new_controller_starts_reaches_every_broker() -> None:
+    """Item 5 (onControllerFailover's order): the ISR-change notifications are cleared before
+    the metadata load, so a change made while the new controller starts is either read by the
+    load or seen as a new notification. The window: the new controller's first read of the
+    notifications hangs, and the leader expands the ISR during it. Cleared after the load (as
+    before), the load read the old ISR and the clear deleted the change's notification."""
+    cluster = SimCluster(brokers=3, auto_leader_rebalance_enable=False)
+    try:
+        await cluster.start_brokers()
+        await cluster.start_controller(1)
+        standby = await cluster.start_controller(2)
+        await cluster.create_topic("t", {0: [1, 2, 3]})
+        await cluster.until(lambda: cluster.state_in_zookeeper(T0) is not None, what="t-0 online")
+        await cluster.until(lambda: cluster.state_in_zookeeper(T0).isr == (1, 2, 3), what="every replica in sync")
+        leader = cluster.brokers[cluster.state_in_zookeeper(T0).leader]
+        follower = next(b for b in (1, 2, 3) if b != leader.broker_id)
+        await change_isr(leader.zk, leader.state, T0, follower, lagging=True)  # type: ignore[arg-type]
+        shrunk = tuple(b for b in (1, 2, 3) if b != follower)
+        await cluster.until(
+            lambda: all(tuple(b.state.metadata[T0].isr) == shrunk for b in cluster.brokers.values()),
+            what="every broker to learn the shrunk ISR",
+        )
+        standby.zk.hang_next_read(paths.ISR_CHANGE_NOTIFICATION, 1.0)  # type: ignore[attr-defined]
+        await cluster.stop_controller(1)
+        await cluster.until(lambda: cluster.model.landed["next_read_hung"] == 1, what="the failover inside its window")
+        await change_isr(leader.zk, leader.state, T0, follower, lagging=False)  # type: ignore[arg-type]
+        assert set(cluster.state_in_zookeeper(T0).isr) == {1, 2, 3}
+        await cluster.until(
+            lambda: standby.is_active
+            and T0 in standby.context.partition_states
+            and set(standby.context.partition_states[T0].isr) == {1, 2, 3}
+            and all(set(b.state.metadata[T0].isr) == {1, 2, 3} for b in cluster.brokers.values()),
+            what="the new controller and every broker to know the expanded ISR",
+        )
         cluster.safety()
     finally:
         await cluster.stop_all()

@@ -309,6 +309,7 @@ class SimZkClient:
         self._hung_until = 0.0
         # Writes under these paths are refused (NoAuth: an ACL this identity does not pass).
         self.refused_prefixes: set[str] = set()
+        self._hang_next: tuple[str, float] | None = None
 
     def __repr__(self) -> str:
         return f"SimZkClient(session=0x{self._session:x})"
@@ -436,8 +437,19 @@ class SimZkClient:
         await gate.wait()
         return True
 
-    async def _before_read(self) -> None:
+    def hang_next_read(self, prefix: str, seconds: float) -> None:
+        """The next read of a path under `prefix` hangs for `seconds` (then is answered): a
+        window placed inside one step of the controller (e.g. its failover's first read of the
+        ISR-change notifications)."""
+        self._hang_next = (prefix, seconds)
+
+    async def _before_read(self, path: str = "") -> None:
         await self.wait_if_paused()
+        if self._hang_next is not None and path.startswith(self._hang_next[0]):
+            seconds = self._hang_next[1]
+            self._hang_next = None
+            self.model.landed["next_read_hung"] += 1
+            await asyncio.sleep(seconds)
         delay = self._hung_until - asyncio.get_running_loop().time()
         if delay > 0:
             self.model.landed["read_hung"] += 1
@@ -490,7 +502,7 @@ class SimZkClient:
     # --- reads ----------------------------------------------------------------------------------
 
     async def get(self, path: str, watch: bool = False) -> tuple[bytes, ZnodeStat]:
-        await self._before_read()
+        await self._before_read(path)
         return self.model.get(self._session, path, watch)
 
     async def get_or_none(self, path: str, watch: bool = False) -> tuple[bytes, ZnodeStat] | None:
@@ -502,11 +514,11 @@ class SimZkClient:
             return None
 
     async def exists(self, path: str, watch: bool = False) -> ZnodeStat | None:
-        await self._before_read()
+        await self._before_read(path)
         return self.model.exists(self._session, path, watch)
 
     async def get_children(self, path: str, watch: bool = False) -> list[str]:
-        await self._before_read()
+        await self._before_read(path)
         return self.model.get_children(self._session, path, watch)
 
     async def get_children_or_empty(self, path: str, watch: bool = False) -> list[str]:
