@@ -481,6 +481,15 @@ class Campaign:
                 for partition in codecs.decode_topic(path, node.data).partitions:
                     if paths.partition_state_path(topic, partition) not in cluster.model.nodes:
                         return f"{topic}-{partition} has no state in ZooKeeper"
+        for broker in cluster.brokers.values():
+            for tp in broker.state.roles:
+                # A deleted topic's replicas are gone from every broker: the deletion completes
+                # only once each answered StopReplica(delete=true). (A replica moved off a broker
+                # by a reassignment whose controller died before sending that StopReplica stays
+                # there as a stray until the broker restarts, as in Kafka's ZooKeeper mode; not
+                # checked.)
+                if paths.topic_path(tp.topic) not in cluster.model.nodes:
+                    return f"broker {broker.broker_id} still holds {tp} of a deleted topic"
         epoch = active.context.epoch
         for broker in cluster.brokers.values():
             if broker.state.controller_epoch != epoch:
