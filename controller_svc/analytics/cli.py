@@ -65,10 +65,11 @@ def readable(summary: dict[str, Any]) -> str:
     lines = [
         f"events {summary['events']}   malformed lines {summary['malformed']}   clusters {len(summary['clusters'])}",
         "violations: " + ", ".join(f"{k} {v}" for k, v in summary["violations"].items()),
-        f"failovers {a['failovers']} (longest {a['longest_failover_ms']} ms, without a controller "
-        f"{a['controller_gap_ms']} ms in all)",
+        f"failovers {a['failovers']} (longest {a['longest_failover_ms']} ms from the fault, of which detection "
+        f"{a['longest_failover_detection_ms']} ms; without a controller {a['controller_gap_ms']} ms in all)",
         f"offline intervals {a['offline_intervals']} on {a['partitions_affected']} partitions "
-        f"(longest {a['longest_offline_ms']} ms, p99 {a['p99_offline_ms']} ms, still offline {a['still_offline']})",
+        f"(longest {a['longest_offline_ms']} ms, p99 {a['p99_offline_ms']} ms, still offline {a['still_offline']}; "
+        f"{a['offline_detection_ms']} ms of partition-time before the loss was seen)",
     ]
     return "\n".join(lines)
 

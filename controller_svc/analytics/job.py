@@ -242,9 +242,18 @@ def _availability_defaults() -> dict[str, Any]:
         "p50_offline_ms": None,
         "p99_offline_ms": None,
         "still_offline": 0,
+        # Of the partition-time offline, how much passed before the loss was seen (the dead
+        # leader's broker's last sign of life -> its deregistration seen by the controller).
+        "offline_detection_ms": 0,
+        "longest_offline_detection_ms": None,
         "failovers": 0,
+        # Failovers are counted from the fault: detection (the lost controller's last sign of
+        # life -> /controller seen vacant or its resignation) + election + propagation.
         "longest_failover_ms": None,
         "p50_failover_ms": None,
+        "longest_failover_detection_ms": None,
+        "failover_detection_ms": 0,
+        # Time without a controller: detection + election, summed over failovers.
         "controller_gap_ms": 0,
     }
 
@@ -259,6 +268,8 @@ def _availability(offline: DataFrame, incidents: DataFrame) -> dict[str, dict[st
         F.percentile_approx("duration_ms", 0.5).alias("p50"),
         F.percentile_approx("duration_ms", 0.99).alias("p99"),
         F.sum(F.when(F.col("end_ts").isNull(), 1).otherwise(0)).alias("open"),
+        F.sum("detection_ms").alias("detection"),
+        F.max("detection_ms").alias("longest_detection"),
     )
     for row in offline_rows.collect():
         entry = result.setdefault(row["cluster"], _availability_defaults())
@@ -270,12 +281,16 @@ def _availability(offline: DataFrame, incidents: DataFrame) -> dict[str, dict[st
             p50_offline_ms=_num(row["p50"]),
             p99_offline_ms=_num(row["p99"]),
             still_offline=int(row["open"]),
+            offline_detection_ms=_num(row["detection"]) or 0,
+            longest_offline_detection_ms=_num(row["longest_detection"]),
         )
     failover_rows = incidents.groupBy("cluster").agg(
         F.count("*").alias("failovers"),
         F.max("total_ms").alias("longest"),
         F.percentile_approx("total_ms", 0.5).alias("p50"),
-        F.sum(F.greatest(F.col("election_ms"), F.lit(0))).alias("gap"),
+        F.sum(F.greatest(F.col("detection_ms"), F.lit(0)) + F.greatest(F.col("election_ms"), F.lit(0))).alias("gap"),
+        F.sum(F.greatest(F.col("detection_ms"), F.lit(0))).alias("detection"),
+        F.max("detection_ms").alias("longest_detection"),
     )
     for row in failover_rows.collect():
         entry = result.setdefault(row["cluster"], _availability_defaults())
@@ -284,6 +299,8 @@ def _availability(offline: DataFrame, incidents: DataFrame) -> dict[str, dict[st
             longest_failover_ms=_num(row["longest"]),
             p50_failover_ms=_num(row["p50"]),
             controller_gap_ms=_num(row["gap"]) or 0,
+            failover_detection_ms=_num(row["detection"]) or 0,
+            longest_failover_detection_ms=_num(row["longest_detection"]),
         )
     return result
 
@@ -294,8 +311,17 @@ def _combine_availability(entries: list[dict[str, Any]]) -> dict[str, Any]:
     for entry in entries:
         for key in ("offline_intervals", "partitions_affected", "offline_partition_ms", "still_offline", "failovers"):
             total[key] += entry[key]
-        total["controller_gap_ms"] += entry["controller_gap_ms"]
-        for key in ("longest_offline_ms", "p50_offline_ms", "p99_offline_ms", "longest_failover_ms", "p50_failover_ms"):
+        for key in ("controller_gap_ms", "failover_detection_ms", "offline_detection_ms"):
+            total[key] += entry[key]
+        for key in (
+            "longest_offline_ms",
+            "p50_offline_ms",
+            "p99_offline_ms",
+            "longest_failover_ms",
+            "p50_failover_ms",
+            "longest_failover_detection_ms",
+            "longest_offline_detection_ms",
+        ):
             if entry[key] is not None:
                 total[key] = entry[key] if total[key] is None else max(total[key], entry[key])
     return total

@@ -16,7 +16,7 @@ from typing import Any
 from controller_svc.analytics import schema
 
 WIDTH = 860
-PHASE_COLOURS = {"election": "#d9822b", "propagation": "#2b7bb9"}
+PHASE_COLOURS = {"detection": "#b8b8b8", "election": "#d9822b", "propagation": "#2b7bb9"}
 MEASURE_COLOURS = {"queue": "#8e5ea2", "rtt": "#2b9b6b"}
 
 
@@ -114,36 +114,40 @@ def offline_chart(points: list[dict[str, Any]]) -> str:
 
 
 def failover_chart(failovers: list[dict[str, Any]]) -> str:
-    """One bar per failover: controller lost -> elected (election), elected -> every broker applied (propagation)."""
+    """One bar per failover, from the fault: the lost controller's last sign of life -> its loss
+    seen (detection), -> new controller elected (election), -> every broker applied (propagation)."""
     rows = [f for f in failovers if f.get("election_ms") is not None]
     if not rows:
         return "<p class='empty'>no failover</p>"
     bar, gap, left = 18, 8, 190
-    longest = max(max(0.0, (r["election_ms"] or 0)) + max(0.0, (r["propagation_ms"] or 0)) for r in rows) or 1.0
+
+    def phase(row: dict[str, Any], key: str) -> float:
+        return max(0.0, row.get(key) or 0)
+
+    longest = max(phase(r, "detection_ms") + phase(r, "election_ms") + phase(r, "propagation_ms") for r in rows) or 1.0
     height = len(rows) * (bar + gap) + 30
     scale = (WIDTH - left - 90) / longest
     parts: list[str] = []
     for i, row in enumerate(rows):
         y = 10 + i * (bar + gap)
-        election = max(0.0, row["election_ms"] or 0)
-        propagation = max(0.0, row["propagation_ms"] or 0)
         label = f"epoch {row['previous_epoch']}→{row['controller_epoch']} (controller {row['controller_id']})"
         parts.append(f"<text x='{left - 6}' y='{y + 13}' text-anchor='end'>{esc(label)}</text>")
-        parts.append(
-            f"<rect x='{left}' y='{y}' width='{election * scale:.1f}' height='{bar}' "
-            f"fill='{PHASE_COLOURS['election']}'><title>election {esc(fmt_ms(election))}</title></rect>"
-        )
-        parts.append(
-            f"<rect x='{left + election * scale:.1f}' y='{y}' width='{propagation * scale:.1f}' height='{bar}' "
-            f"fill='{PHASE_COLOURS['propagation']}'><title>propagation {esc(fmt_ms(propagation))}</title></rect>"
-        )
+        x = float(left)
+        for name in ("detection", "election", "propagation"):
+            width = phase(row, f"{name}_ms") * scale
+            parts.append(
+                f"<rect x='{x:.1f}' y='{y}' width='{width:.1f}' height='{bar}' fill='{PHASE_COLOURS[name]}'>"
+                f"<title>{name} {esc(fmt_ms(phase(row, f'{name}_ms')))}</title></rect>"
+            )
+            x += width
         total = row.get("total_ms")
         text = fmt_ms(total) if total is not None else "not converged"
-        parts.append(f"<text x='{left + (election + propagation) * scale + 6:.1f}' y='{y + 13}'>{esc(text)}</text>")
+        parts.append(f"<text x='{x + 6:.1f}' y='{y + 13}'>{esc(text)}</text>")
     legend = (
         f"<text x='{left}' y='{height - 6}' class='note'>"
-        f"<tspan fill='{PHASE_COLOURS['election']}'>■</tspan> controller lost → new controller elected   "
-        f"<tspan fill='{PHASE_COLOURS['propagation']}'>■</tspan> elected → every live broker applied its UpdateMetadata"
+        f"<tspan fill='{PHASE_COLOURS['detection']}'>■</tspan> last sign of life → loss seen   "
+        f"<tspan fill='{PHASE_COLOURS['election']}'>■</tspan> → new controller elected   "
+        f"<tspan fill='{PHASE_COLOURS['propagation']}'>■</tspan> → every live broker applied its UpdateMetadata"
         "</text>"
     )
     return (
@@ -218,11 +222,13 @@ def render(data: ReportData) -> str:
             ("clusters", len(s["clusters"])),
             ("controller elections", s["controllers"]["elections"]),
             ("failovers", a["failovers"]),
-            ("longest failover", fmt_ms(a["longest_failover_ms"])),
+            ("longest failover (from the fault)", fmt_ms(a["longest_failover_ms"])),
+            ("longest failover detection", fmt_ms(a["longest_failover_detection_ms"])),
             ("time without a controller", fmt_ms(a["controller_gap_ms"])),
             ("offline intervals", a["offline_intervals"]),
             ("partitions that went offline", a["partitions_affected"]),
             ("partition-time offline", fmt_ms(a["offline_partition_ms"])),
+            ("of which before the loss was seen", fmt_ms(a["offline_detection_ms"])),
             ("longest offline interval", fmt_ms(a["longest_offline_ms"])),
             ("p99 offline interval", fmt_ms(a["p99_offline_ms"])),
             ("still offline at end of log", a["still_offline"]),
@@ -255,14 +261,28 @@ def render(data: ReportData) -> str:
         sections.append(f"<h2>Failovers{title}</h2>{failover_chart(failovers)}")
         sections.append(
             table(
-                ["epoch", "controller", "previous", "lost", "elected", "election", "propagation", "total", "brokers"],
+                [
+                    "epoch",
+                    "controller",
+                    "previous",
+                    "last sign of life",
+                    "lost",
+                    "elected",
+                    "detection",
+                    "election",
+                    "propagation",
+                    "total",
+                    "brokers",
+                ],
                 [
                     (
                         f["controller_epoch"],
                         f["controller_id"],
                         f"{f['previous_controller']} (epoch {f['previous_epoch']}, {f['previous_ended']})",
+                        fmt_ts(f["fault_ts"]),
                         fmt_ts(f["lost_ts"]),
                         fmt_ts(f["elected_ts"]),
+                        fmt_ms(f["detection_ms"]),
                         fmt_ms(f["election_ms"]),
                         fmt_ms(f["propagation_ms"]),
                         fmt_ms(f["total_ms"]),
@@ -294,11 +314,12 @@ def render(data: ReportData) -> str:
     sections.append("<h2>Longest offline intervals</h2>")
     sections.append(
         table(
-            ["partition", "start", "duration", "lost by", "ended by", "new leader"],
+            ["partition", "start (fault)", "detection", "duration", "lost by", "ended by", "new leader"],
             [
                 (
                     f"{o['topic']}-{o['partition']}",
                     fmt_ts(o["start_ts"]),
+                    fmt_ms(o.get("detection_ms")),
                     fmt_ms(o["duration_ms"]) if o["duration_ms"] is not None else "still offline",
                     o["cause"],
                     o["end_cause"] or "-",

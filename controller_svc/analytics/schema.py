@@ -99,6 +99,9 @@ KNOWN_KINDS: Final = frozenset(
         "reassignment.started",
         "reassignment.completed",
         "reassignment.cancelled",
+        # Every process's periodic sign of life (contract 5): the analysis bounds when a process
+        # stopped by its last record, for the processes that write these.
+        "node.alive",
     }
 )
 OTHER_KINDS: Final = "_other"

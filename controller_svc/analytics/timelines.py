@@ -34,6 +34,19 @@ def of_kind(events: DataFrame, kind: str) -> DataFrame:
 # --- controllers ---------------------------------------------------------------------------
 
 
+def liveness_records(events: DataFrame, role: str) -> DataFrame:
+    """(cluster, node, node_id, ts) of every record of the `role`'s nodes that write `node.alive`
+    at a fixed interval: for them, the last record of any kind bounds when the process stopped.
+    A node without liveness records (an older log) gives no such bound: its losses are counted
+    from when they were seen, as before."""
+    with_liveness = of_kind(events, "node.alive").select("cluster", "node").distinct()
+    return (
+        events.filter(F.col("node_role") == role)
+        .select("cluster", "node", "node_id", "ts")
+        .join(F.broadcast(with_liveness), ["cluster", "node"], "left_semi")
+    )
+
+
 def controller_tenures(events: DataFrame) -> DataFrame:
     """One row per election: epoch, controller, start, end and how the tenure ended.
 
@@ -107,6 +120,12 @@ def failover_incidents(events: DataFrame, tenures: DataFrame) -> DataFrame:
     with neither on record, the old controller's last record in office. The live brokers are
     those the new controller sent UpdateMetadata to before it recorded
     controller.failover_completed (every broker it sent one to, if that record is missing).
+
+    The clock starts at the fault, not at its detection: `fault_ts` is the old controller's last
+    sign of life up to the loss (its last record of any kind, `node.alive` included, which every
+    process writes at a fixed interval), so `detection_ms` (fault -> loss seen) is about the
+    session timeout after a kill -9 and about zero after a SIGTERM, and `total_ms` runs from the
+    fault to every live broker on the new epoch (detection + election + propagation).
     """
     in_cluster = Window.partitionBy("cluster").orderBy("start_pos", "controller_epoch")
     chained = tenures.select(
@@ -117,6 +136,7 @@ def failover_incidents(events: DataFrame, tenures: DataFrame) -> DataFrame:
         "start_ts",
         F.lag("controller_epoch").over(in_cluster).alias("previous_epoch"),
         F.lag("controller_id").over(in_cluster).alias("previous_controller"),
+        F.lag("node").over(in_cluster).alias("previous_node"),
         F.lag("ended").over(in_cluster).alias("previous_ended"),
         F.lag("resign_reason").over(in_cluster).alias("previous_resign_reason"),
         F.lag("end_ts").over(in_cluster).alias("previous_end_ts"),
@@ -196,10 +216,26 @@ def failover_incidents(events: DataFrame, tenures: DataFrame) -> DataFrame:
         # Converged only when every live broker applied the new epoch's metadata.
         .withColumn("converged_ts", F.when(F.col("brokers_applied") == F.col("brokers"), F.col("last_applied_ts")))
     )
-    incidents = chained.join(per_broker, ["cluster", "node", "controller_epoch"], "left").join(
-        completed.select("cluster", "node", "controller_epoch", "load_ms"),
-        ["cluster", "node", "controller_epoch"],
-        "left",
+    # The old controller's last sign of life up to the loss (a zombie's records after it don't count).
+    signs_of_life = liveness_records(events, "controller").select(
+        "cluster", F.col("node").alias("previous_node"), F.col("ts").alias("alive_ts")
+    )
+    last_alive = (
+        chained.select("cluster", "controller_epoch", "previous_node", "lost_ts")
+        .join(signs_of_life, ["cluster", "previous_node"])
+        .filter(F.col("alive_ts") <= F.col("lost_ts"))
+        .groupBy("cluster", "controller_epoch")
+        .agg(F.max("alive_ts").alias("last_alive_ts"))
+    )
+    incidents = (
+        chained.join(per_broker, ["cluster", "node", "controller_epoch"], "left")
+        .join(
+            completed.select("cluster", "node", "controller_epoch", "load_ms"),
+            ["cluster", "node", "controller_epoch"],
+            "left",
+        )
+        .join(last_alive, ["cluster", "controller_epoch"], "left")
+        .withColumn("fault_ts", F.coalesce(F.col("last_alive_ts"), F.col("lost_ts")))
     )
     return incidents.select(
         "cluster",
@@ -210,13 +246,15 @@ def failover_incidents(events: DataFrame, tenures: DataFrame) -> DataFrame:
         "previous_ended",
         "previous_resign_reason",
         "previous_last_active_ts",
+        "fault_ts",
         "lost_ts",
         "lost_evidence",
         F.col("start_ts").alias("elected_ts"),
         "converged_ts",
+        (F.col("lost_ts") - F.col("fault_ts")).alias("detection_ms"),
         (F.col("start_ts") - F.col("lost_ts")).alias("election_ms"),
         (F.col("converged_ts") - F.col("start_ts")).alias("propagation_ms"),
-        (F.col("converged_ts") - F.col("lost_ts")).alias("total_ms"),
+        (F.col("converged_ts") - F.col("fault_ts")).alias("total_ms"),
         "load_ms",
         F.coalesce(F.col("brokers"), F.lit(0)).alias("brokers"),
         F.coalesce(F.col("brokers_applied"), F.lit(0)).alias("brokers_applied"),
@@ -274,6 +312,11 @@ def offline_intervals(events: DataFrame, leaders: DataFrame) -> DataFrame:
     failed (the broker stopped the replica). Regained: a broker applied the leader role at a
     leader epoch above every loss so far (partition.role_changed). An interval still open when
     the topic is deleted ends there; one open at the end of the log has no end.
+
+    An interval starts at the fault, not at its detection: when the leader's broker died, at
+    that broker's last sign of life (its last record of any kind, `node.alive` included, before
+    the controller saw it go; for a bounce, before its new registration). `detected_ts` is when
+    the loss was seen, and `detection_ms` the time in between.
     """
     keys = ["cluster", "topic", "partition"]
     set_to_none = of_kind(events, "partition.offline").select(
@@ -304,6 +347,31 @@ def offline_intervals(events: DataFrame, leaders: DataFrame) -> DataFrame:
         )
         .select("cluster", "pos", "ts", "lost.broker", "lost.cause")
     )
+    # The dead broker's last sign of life: before the loss was seen (deregistered), or before
+    # the new incarnation registered (bounced).
+    registrations = of_kind(events, "broker.registered").select(
+        "cluster", F.col("node_id").alias("broker"), F.col("ts").alias("registered_ts")
+    )
+    bounds = (
+        lost_brokers.join(registrations, ["cluster", "broker"], "left")
+        .filter(F.col("registered_ts").isNull() | (F.col("registered_ts") <= F.col("ts")))
+        .groupBy("cluster", "pos", "ts", "broker", "cause")
+        .agg(F.max("registered_ts").alias("registered_ts"))
+        .withColumn(
+            "alive_before",
+            F.when(F.col("cause") == "broker_bounced", F.col("registered_ts")).otherwise(F.col("ts") + 1),
+        )
+    )
+    broker_records = liveness_records(events, "broker").select(
+        "cluster", F.col("node_id").alias("broker"), F.col("ts").alias("record_ts")
+    )
+    last_alive = (
+        bounds.join(broker_records, ["cluster", "broker"])
+        .filter(F.col("record_ts") < F.col("alive_before"))
+        .groupBy("cluster", "pos", "broker")
+        .agg(F.max("record_ts").alias("alive_ts"))
+    )
+    lost_brokers = lost_brokers.join(last_alive, ["cluster", "pos", "broker"], "left")
     led = leaders.filter(F.col("leader") >= 0).select(
         *keys, F.col("leader").alias("broker"), "leader_epoch", "from_pos", "until_pos"
     )
@@ -312,7 +380,7 @@ def offline_intervals(events: DataFrame, leaders: DataFrame) -> DataFrame:
         .filter(
             (F.col("from_pos") <= F.col("pos")) & (F.col("until_pos").isNull() | (F.col("pos") < F.col("until_pos")))
         )
-        .select(*keys, "pos", "ts", F.col("leader_epoch").alias("epoch"), "cause")
+        .select(*keys, "pos", "ts", F.col("leader_epoch").alias("epoch"), "cause", "alive_ts")
     )
     role_changes = of_kind(events, "partition.role_changed").filter(F.col("node_role") == "broker")
     log_dir_failed = role_changes.filter(
@@ -324,9 +392,11 @@ def offline_intervals(events: DataFrame, leaders: DataFrame) -> DataFrame:
         F.col("leader_epoch").alias("epoch"),
         F.lit("leader_log_dir_failed").alias("cause"),
     )
+    no_sign = F.lit(None).cast("bigint").alias("alive_ts")
     starts = (
-        set_to_none.unionByName(broker_lost)
-        .unionByName(log_dir_failed)
+        set_to_none.select("*", no_sign)
+        .unionByName(broker_lost)
+        .unionByName(log_dir_failed.select("*", no_sign))
         .select("*", F.lit("lost").alias("change"), F.lit(None).cast("bigint").alias("new_leader"))
     )
     regained = role_changes.filter((F.col("role") == "leader") & (F.col("leader") == F.col("node_id"))).select(
@@ -337,6 +407,7 @@ def offline_intervals(events: DataFrame, leaders: DataFrame) -> DataFrame:
         F.lit(None).cast("string").alias("cause"),
         F.lit("regained").alias("change"),
         F.col("leader").alias("new_leader"),
+        no_sign,
     )
     # A deletion ends whatever is open and starts the partition over: a recreated topic's leader
     # epochs begin again at 0. Only partitions that ever lost a leader need the boundary.
@@ -352,6 +423,7 @@ def offline_intervals(events: DataFrame, leaders: DataFrame) -> DataFrame:
             F.lit(None).cast("string").alias("cause"),
             F.lit("deleted").alias("change"),
             F.lit(None).cast("bigint").alias("new_leader"),
+            no_sign,
         )
     )
     is_lost, is_deleted = F.col("change") == "lost", F.col("change") == "deleted"
@@ -389,15 +461,19 @@ def offline_intervals(events: DataFrame, leaders: DataFrame) -> DataFrame:
         segmented.groupBy(*keys, "segment")
         .agg(
             F.min(F.when(is_lost, F.struct("pos", "cause", "epoch"))).alias("first_loss"),
+            F.min(F.when(is_lost, F.coalesce(F.col("alive_ts"), F.col("ts")))).alias("fault_ts"),
             F.max(F.when(F.col("closes"), F.struct("ts", "change", "new_leader", "epoch"))).alias("end"),
         )
         .filter(F.col("first_loss").isNotNull())
     )
+    start = F.least(F.col("fault_ts"), F.col("first_loss.pos.ts"))
     return intervals.select(
         *keys,
-        F.col("first_loss.pos.ts").alias("start_ts"),
+        start.alias("start_ts"),
         F.col("end.ts").alias("end_ts"),
-        (F.col("end.ts") - F.col("first_loss.pos.ts")).alias("duration_ms"),
+        (F.col("end.ts") - start).alias("duration_ms"),
+        F.col("first_loss.pos.ts").alias("detected_ts"),
+        (F.col("first_loss.pos.ts") - start).alias("detection_ms"),
         F.col("first_loss.cause").alias("cause"),
         F.when(F.col("end.change") == "regained", F.lit("leader_applied"))
         .when(F.col("end.change") == "deleted", F.lit("topic_deleted"))

@@ -123,8 +123,13 @@ def clean_failover(directory: pathlib.Path) -> None:
     its topic is deleted at 15000. Broker 2 dies (20000): t-0 moves to 3 (applied 20004); t-2
     (only on 2) is offline until broker 2 returns and applies leadership at 25015.
 
-    Offline intervals: t-0 [12000, 12007], t-0 [20000, 20004], t-2 [20000, 25015],
-    gone-0 [12000, 15000] (topic deleted). One failover: lost 6990, elected 7000, converged 7020.
+    Every process writes node.alive; the last ones before the faults: controller 1 at 2000 (it
+    was killed then), broker 1 at 11500, broker 2 at 19600. Intervals start at the dead leader's
+    broker's last sign of life, failovers at the lost controller's.
+
+    Offline intervals: t-0 [11500, 12007], t-0 [19600, 20004], t-2 [19600, 25015],
+    gone-0 [11500, 15000] (topic deleted); detected 500, 500, 400 and 400 ms after they began.
+    One failover: last sign of life 2000, lost 6990 (detection 4990), elected 7000, converged 7020.
     UpdateMetadata round trips to broker 1: 1, 2 and 10 ms.
     """
     with HistoryWriter(directory) as out:
@@ -146,6 +151,8 @@ def clean_failover(directory: pathlib.Path) -> None:
         _request(out, C1, 1, 3, "LeaderAndIsr", 12, 1021, 1022, rtt_ms=1.0)
         _role(out, 1022, 3, "t", 0, "follower", 1, 0, 1)
         _request(out, C1, 1, 1, "UpdateMetadata", 13, 1030, 1031, rtt_ms=2.0)
+        out.record(1500, C1, "node.alive")
+        out.record(2000, C1, "node.alive")
 
         # kill -9 of controller 1; controller 2 takes over.
         out.record(7000, C2, "controller.elected", controller_id=2, controller_epoch=2, vacancy_ts=6990)
@@ -155,6 +162,7 @@ def clean_failover(directory: pathlib.Path) -> None:
         out.record(7002, C2, "controller.failover_completed", controller_id=2, controller_epoch=2, load_ms=1.5)
 
         # Broker 1 dies.
+        out.record(11500, "broker-1", "node.alive")
         out.record(12000, C2, "broker.change", new=[], dead=[1], bounced=[], controller_epoch=2)
         _elected(out, 12000, C2, 2, "t", 0, 2, 1, [2, 3], [1, 2, 3], "offline")
         out.record(
@@ -176,6 +184,7 @@ def clean_failover(directory: pathlib.Path) -> None:
         out.record(15000, C2, "topic.deleted", topic="gone", controller_epoch=2)
 
         # Broker 2 dies; t-2 has no other replica.
+        out.record(19600, "broker-2", "node.alive")
         out.record(20000, C2, "broker.change", new=[], dead=[2], bounced=[], controller_epoch=2)
         _elected(out, 20000, C2, 2, "t", 0, 3, 2, [3], [2, 3], "offline")
         out.record(

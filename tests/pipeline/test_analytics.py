@@ -84,20 +84,33 @@ def test_violations_cite_the_offending_records_by_file_and_line(spark: Any, know
 
 def test_offline_intervals_to_the_millisecond(spark: Any, known: dict[str, Any]) -> None:
     intervals = sorted(
-        (r["topic"], r["partition"], r["start_ts"], r["end_ts"], r["duration_ms"], r["cause"], r["end_cause"])
+        (
+            r["topic"],
+            r["partition"],
+            r["start_ts"],
+            r["detected_ts"],
+            r["end_ts"],
+            r["duration_ms"],
+            r["detection_ms"],
+            r["cause"],
+            r["end_cause"],
+        )
         for r in rows_of(spark, known, "offline_intervals", "clean")
     )
+    # Each starts at the dead leader's broker's last sign of life, not when the loss was seen.
     assert intervals == [
-        ("gone", 0, 12000, 15000, 3000, "broker_deregistered", "topic_deleted"),
-        ("t", 0, 12000, 12007, 7, "broker_deregistered", "leader_applied"),
-        ("t", 0, 20000, 20004, 4, "broker_deregistered", "leader_applied"),
-        ("t", 2, 20000, 25015, 5015, "broker_deregistered", "leader_applied"),
+        ("gone", 0, 11500, 12000, 15000, 3500, 500, "broker_deregistered", "topic_deleted"),
+        ("t", 0, 11500, 12000, 12007, 507, 500, "broker_deregistered", "leader_applied"),
+        ("t", 0, 19600, 20000, 20004, 404, 400, "broker_deregistered", "leader_applied"),
+        ("t", 2, 19600, 20000, 25015, 5415, 400, "broker_deregistered", "leader_applied"),
     ]
     availability = known["outcome"].summary["clusters"][cluster_name(known, "clean")]["availability"]
     assert availability["offline_intervals"] == 4
     assert availability["partitions_affected"] == 3
-    assert availability["offline_partition_ms"] == 3000 + 7 + 4 + 5015
-    assert availability["longest_offline_ms"] == 5015
+    assert availability["offline_partition_ms"] == 3500 + 507 + 404 + 5415
+    assert availability["offline_detection_ms"] == 500 + 500 + 400 + 400
+    assert availability["longest_offline_ms"] == 5415
+    assert availability["longest_offline_detection_ms"] == 500
     assert availability["still_offline"] == 0
 
 
@@ -105,8 +118,18 @@ def test_failover_phases_to_the_millisecond(spark: Any, known: dict[str, Any]) -
     (incident,) = rows_of(spark, known, "failover_incidents", "clean")
     assert incident["previous_epoch"] == 1 and incident["controller_epoch"] == 2
     assert incident["previous_ended"] == "superseded"
-    assert (incident["lost_ts"], incident["elected_ts"], incident["converged_ts"]) == (6990, 7000, 7020)
-    assert (incident["election_ms"], incident["propagation_ms"], incident["total_ms"]) == (10, 20, 30)
+    # From the fault (controller 1's last sign of life, 2000): detection, election, propagation.
+    assert (incident["fault_ts"], incident["lost_ts"], incident["elected_ts"], incident["converged_ts"]) == (
+        2000,
+        6990,
+        7000,
+        7020,
+    )
+    assert (incident["detection_ms"], incident["election_ms"], incident["propagation_ms"]) == (4990, 10, 20)
+    assert incident["total_ms"] == 5020
+    availability = known["outcome"].summary["clusters"][cluster_name(known, "clean")]["availability"]
+    assert availability["longest_failover_ms"] == 5020 and availability["longest_failover_detection_ms"] == 4990
+    assert availability["controller_gap_ms"] == 4990 + 10
     assert incident["lost_evidence"] == "vacancy_observed"
     assert (incident["brokers"], incident["brokers_applied"]) == (3, 3)
     assert incident["previous_last_active_ts"] == 1032
