@@ -114,7 +114,11 @@ async def run_broker(config: Config) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    monitor = EventLoopMonitor(state_log, warn_threshold_s(config.int("zookeeper.session.timeout.ms")))
+    monitor = EventLoopMonitor(
+        state_log,
+        warn_threshold_s(config.int("zookeeper.session.timeout.ms")),
+        alive_interval_s=config.int("state.change.log.alive.interval.ms") / 1000.0,
+    )
     monitor_task = spawn(monitor.run(), "event-loop-monitor")
     await zk.start(timeout_s=config.int("zookeeper.connection.timeout.ms") / 1000.0)
     await registration.ensure_top_level_paths()

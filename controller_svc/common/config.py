@@ -75,6 +75,14 @@ COMMON_KEYS: tuple[Key, ...] = (
         _positive,
     ),
     Key("state.change.log.dir", str, "", "Directory of <node>.state-change.jsonl (empty: no file)"),
+    Key(
+        "state.change.log.alive.interval.ms",
+        int,
+        500,
+        "How often the process writes node.alive to its state-change log: the analysis counts a lost "
+        "process's detection time from its last record, so this bounds that figure's error",
+        _positive,
+    ),
     Key("grpc.listen", str, "127.0.0.1:0", "gRPC listen address host:port", _host_port),
     Key("grpc.advertised.host", str, "", "Host to advertise for the gRPC endpoint (default: listen host)"),
     Key("metrics.listen", str, "127.0.0.1:0", "Prometheus /metrics address host:port", _host_port),

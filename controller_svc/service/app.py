@@ -124,7 +124,12 @@ async def run_controller(config: Config) -> int:
         event = controller.events.current if controller is not None else None
         return type(event).__name__ if event is not None else None
 
-    monitor = EventLoopMonitor(state_log, warn_threshold_s(config.int("zookeeper.session.timeout.ms")), current_step)
+    monitor = EventLoopMonitor(
+        state_log,
+        warn_threshold_s(config.int("zookeeper.session.timeout.ms")),
+        current_step,
+        alive_interval_s=config.int("state.change.log.alive.interval.ms") / 1000.0,
+    )
     monitor_task = spawn(monitor.run(), "event-loop-monitor")
 
     await zk.start(timeout_s=config.int("zookeeper.connection.timeout.ms") / 1000.0)
