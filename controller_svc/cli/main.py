@@ -28,6 +28,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     up.add_argument("--dir", required=True)
     up.add_argument("--zookeeper", help="use this ZooKeeper (host:port[/chroot]) instead of starting one")
     up.add_argument(
+        "--zookeeper-nodes",
+        type=int,
+        default=1,
+        help="without --zookeeper: start a standalone ZooKeeper (1, the default) or an ensemble of this many",
+    )
+    up.add_argument(
         "--session-timeout-ms",
         type=int,
         default=6000,
@@ -48,6 +54,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--dir", default=None, help="cluster directory (default: a new temporary one)")
     demo.add_argument("--session-timeout-ms", type=int, default=6000)
     demo.add_argument("--no-analysis", action="store_true", help="skip the Spark analysis at the end")
+
+    chaos = sub.add_parser(
+        "chaos",
+        help="a seeded schedule of faults on a local cluster (3-node ZooKeeper), then convergence and analysis",
+    )
+    chaos.add_argument("--dir", required=True, help="cluster directory (must not hold a running cluster)")
+    chaos.add_argument("--seed", type=int, default=1)
+    chaos.add_argument("--duration-s", type=float, default=60.0, help="how long faults are injected")
+    chaos.add_argument("--controllers", type=int, default=3)
+    chaos.add_argument("--brokers", type=int, default=4)
+    chaos.add_argument("--zookeeper-nodes", type=int, default=3)
+    chaos.add_argument("--session-timeout-ms", type=int, default=6000)
+    chaos.add_argument("--topics", type=int, default=4, help="topics created before the faults start")
+    chaos.add_argument("--partitions", type=int, default=25, help="partitions of each of those topics")
+    chaos.add_argument("--converge-timeout-s", type=float, default=180.0)
+    chaos.add_argument("--no-analysis", action="store_true", help="skip the Spark analysis of the logs")
+    chaos.add_argument("--out", help="also write the JSON summary to this file")
 
     from controller_svc.analytics import cli as cli_analyze
     from controller_svc.cli import admin as cli_admin
@@ -90,12 +113,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         return process.run_process("controller", args, run_controller)
     if args.command == "cluster":
         return run_cluster(args, parser)
+    if args.command == "chaos":
+        return run_chaos_command(args, parser)
     if args.command == "demo":
         from controller_svc.devtools.demo import run_demo
 
         return run_demo(args.dir, args.session_timeout_ms, analyse_logs=not args.no_analysis)
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+def run_chaos_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    import json
+
+    from controller_svc.devtools.chaos import ChaosSettings, run_chaos
+
+    if args.duration_s <= 0 or args.controllers < 1 or args.brokers < 3 or args.zookeeper_nodes < 1:
+        parser.error("chaos needs --duration-s > 0, --controllers >= 1, --brokers >= 3, --zookeeper-nodes >= 1")
+    settings = ChaosSettings(
+        directory=args.dir,
+        seed=args.seed,
+        duration_s=args.duration_s,
+        controllers=args.controllers,
+        brokers=args.brokers,
+        zookeeper_nodes=args.zookeeper_nodes,
+        session_timeout_ms=args.session_timeout_ms,
+        topics=args.topics,
+        partitions=args.partitions,
+        converge_timeout_s=args.converge_timeout_s,
+        analyse=not args.no_analysis,
+    )
+    summary = run_chaos(settings)
+    text = json.dumps(summary, indent=2)
+    print(text)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    if not summary["passed"]:
+        print(f"chaos seed {args.seed} FAILED; replay: {summary.get('replay')}", file=sys.stderr)
+    return 0 if summary["passed"] else 1
 
 
 def describe_cluster(args: argparse.Namespace) -> int:
@@ -137,8 +193,8 @@ def run_cluster(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
 
     try:
         if args.cluster_command == "up":
-            if args.controllers < 1 or args.brokers < 0:
-                parser.error("--controllers must be >= 1 and --brokers >= 0")
+            if args.controllers < 1 or args.brokers < 0 or args.zookeeper_nodes < 1:
+                parser.error("--controllers and --zookeeper-nodes must be >= 1 and --brokers >= 0")
             spec = devcluster.up(
                 args.dir,
                 args.controllers,
@@ -147,6 +203,7 @@ def run_cluster(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
                 args.session_timeout_ms,
                 cfg.parse_overrides(args.controller_override),
                 cfg.parse_overrides(args.broker_override),
+                zookeeper_nodes=args.zookeeper_nodes,
             )
             print(devcluster.status(args.dir))
             print(f"\nwrote {args.dir}/cluster.json; logs in {spec['logs']}")

@@ -202,20 +202,36 @@ def up(
     broker_overrides: dict[str, str] | None = None,
     wait_s: float = 90.0,
     wait: bool = True,
+    zookeeper_nodes: int = 1,
 ) -> dict[str, Any]:
+    """Contract 4. With no `zookeeper`, starts a local one: standalone, or an ensemble of
+    `zookeeper_nodes` servers (cluster.json then also lists them under `zookeeper_nodes`, with
+    what restarting each takes)."""
     base = pathlib.Path(directory).resolve()
     if (base / CLUSTER_FILE).exists():
         raise ClusterError(f"{base / CLUSTER_FILE} exists: run `controller-svc cluster down --dir {directory}` first")
     logs = base / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     zookeeper_pid: int | None = None
+    zk_nodes: list[dict[str, Any]] = []
     if zookeeper is None:
-        zk = zookeeper_launcher.start(base / "zookeeper", nodes=1, detach=True)
+        zk = zookeeper_launcher.start(base / "zookeeper", nodes=zookeeper_nodes, detach=True)
         zookeeper = zk.connect
         zookeeper_pid = zk.pids[0]
+        zk_nodes = [
+            {
+                "id": n.server_id,
+                "pid": n.pid,
+                "port": n.client_port,
+                "data_dir": str(n.data_dir),
+                "command": n.command,
+            }
+            for n in zk.nodes
+        ]
     spec: dict[str, Any] = {
         "zookeeper": zookeeper,
         "zookeeper_pid": zookeeper_pid,
+        "zookeeper_nodes": zk_nodes,
         "controllers": [],
         "brokers": [],
         "logs": str(logs),
@@ -306,8 +322,14 @@ def down(directory: str, grace_s: float = 15.0) -> None:
                 pass
         for pid in pids:
             zookeeper_launcher.stop_pid(pid, signal.SIGTERM, grace_s)
-    if spec.get("zookeeper_pid"):
-        zookeeper_launcher.stop_pid(spec["zookeeper_pid"], signal.SIGTERM, grace_s)
+    zk_pids = [n["pid"] for n in spec.get("zookeeper_nodes", []) if n.get("pid")] or [spec.get("zookeeper_pid")]
+    for pid in zk_pids:
+        if pid:
+            try:
+                os.kill(pid, signal.SIGCONT)  # a hung (stopped) server too
+            except ProcessLookupError:
+                continue
+            zookeeper_launcher.stop_pid(pid, signal.SIGTERM, grace_s)
     (base / CLUSTER_FILE).rename(base / "cluster.json.down")
 
 

@@ -122,6 +122,7 @@ class ZooKeeperNode:
     data_dir: pathlib.Path
     process: subprocess.Popen[bytes] | None = None
     pid: int | None = None
+    command: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -147,6 +148,46 @@ class ZooKeeper:
     def stop(self, timeout: float = 10.0) -> None:
         for i in range(len(self.nodes)):
             self.stop_node(i, timeout=timeout)
+
+    def restart_node(self, index: int, detach: bool = True, wait_s: float = 60.0) -> None:
+        """Start a stopped server again with its own configuration and data (it rejoins the
+        ensemble), and wait until it serves."""
+        node = self.nodes[index]
+        if node.pid is not None and pid_alive(node.pid):
+            return
+        _spawn(node, detach)
+        _wait_serving(node, wait_s)
+        if detach:
+            node.process = None
+
+
+def _spawn(node: ZooKeeperNode, detach: bool) -> None:
+    log_file = open(node.data_dir / "zookeeper.log", "ab")  # noqa: SIM115 - handed to the child
+    node.process = subprocess.Popen(
+        node.command,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=detach,
+        cwd=node.data_dir,
+    )
+    log_file.close()
+    node.pid = node.process.pid
+
+
+def _wait_serving(node: ZooKeeperNode, wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    while not is_serving("127.0.0.1", node.client_port):
+        if node.process is not None and node.process.poll() is not None:
+            raise ZooKeeperLaunchError(
+                f"ZooKeeper {node.server_id} exited with {node.process.returncode}; "
+                f"see {node.data_dir / 'zookeeper.log'}"
+            )
+        if time.monotonic() > deadline:
+            raise ZooKeeperLaunchError(
+                f"ZooKeeper {node.server_id} did not serve on port {node.client_port} within {wait_s:.0f} s"
+            )
+        time.sleep(0.1)
 
 
 def stop_pid(
@@ -244,8 +285,7 @@ def start(
                 (node.data_dir / "myid").write_text(f"{node.server_id}\n")
             cfg = node.data_dir / "zoo.cfg"
             cfg.write_text(_config(node, peers, tick_ms))
-            log_file = open(node.data_dir / "zookeeper.log", "ab")  # noqa: SIM115 - handed to the child
-            command = [
+            node.command = [
                 java_bin,
                 f"-Xmx{heap_mb}m",
                 "-XX:+UseSerialGC",
@@ -257,29 +297,9 @@ def start(
                 main_class,
                 str(cfg),
             ]
-            node.process = subprocess.Popen(
-                command,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=detach,
-                cwd=node.data_dir,
-            )
-            log_file.close()
-            node.pid = node.process.pid
-        deadline = time.monotonic() + wait_s
+            _spawn(node, detach)
         for node in zk_nodes:
-            while not is_serving("127.0.0.1", node.client_port):
-                if node.process is not None and node.process.poll() is not None:
-                    raise ZooKeeperLaunchError(
-                        f"ZooKeeper {node.server_id} exited with {node.process.returncode}; "
-                        f"see {node.data_dir / 'zookeeper.log'}"
-                    )
-                if time.monotonic() > deadline:
-                    raise ZooKeeperLaunchError(
-                        f"ZooKeeper {node.server_id} did not serve on port {node.client_port} within {wait_s:.0f} s"
-                    )
-                time.sleep(0.1)
+            _wait_serving(node, wait_s)
     except BaseException:
         ensemble.stop(timeout=2)
         raise
