@@ -41,7 +41,8 @@ def main() -> None:
         )
     )
     result = {"benchmark": "chaos", **machine(), **summary}
-    result.pop("schedule", None) if summary["passed"] else None
+    if summary["passed"]:
+        result.pop("schedule", None)
     print(json.dumps(result, indent=2))
     if args.out:
         save(args.out, [result])
