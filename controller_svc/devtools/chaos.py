@@ -40,13 +40,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
+
 from controller_svc.adapters.admin_client import AdminClient
 from controller_svc.adapters.zk import codecs, paths
 from controller_svc.adapters.zk.client import ZkClient
+from controller_svc.common import grpc_common, tls
 from controller_svc.common.errors import ControllerError
 from controller_svc.common.model import TopicPartition
 from controller_svc.devtools import devcluster, zookeeper_launcher
-from kcontroller.v1 import controller_pb2
+from kcontroller.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +163,8 @@ class Chaos:
             ("broker_kill", self.broker_kill),
             ("broker_bounce", self.broker_bounce),
             ("broker_controlled_shutdown", self.broker_controlled_shutdown),
+            ("broker_log_dir_failure", self.broker_log_dir_failure),
+            ("lagging_replica", self.lagging_replica),
             ("zookeeper_hang", self.zookeeper_hang),
             ("zookeeper_restart", self.zookeeper_restart),
             ("controller_and_broker_kill", self.controller_and_broker_kill),
@@ -320,6 +325,61 @@ class Chaos:
             self.note("restart", node=self._name("brokers", node))
 
         self._later(self.rng.uniform(1.0, 5.0), restart)
+
+    async def _broker_rpc(self, node: dict[str, Any], method: str, request: Any) -> Any:
+        async with tls.aio_channel(node["grpc"], tls.from_env(), grpc_common.CLIENT_OPTIONS) as channel:
+            try:
+                return await getattr(broker_pb2_grpc.BrokerControlStub(channel), method)(request, timeout=5.0)
+            except grpc.aio.AioRpcError as e:
+                self.note("rpc_failed", node=self._name("brokers", node), method=method, error=str(e.code()))
+                return None
+
+    async def broker_log_dir_failure(self) -> None:
+        """A broker's log dir fails: its replicas there go offline (the controller moves their
+        leadership); it stays failed until the broker restarts, which the heal does."""
+        node = self._pick_broker()
+        if node is None:
+            return
+        described = await devcluster.describe_broker(node["grpc"])
+        if described is None or not described.log_dirs:
+            return
+        response = await self._broker_rpc(
+            node, "FailLogDir", broker_pb2.FailLogDirRequest(log_dir=described.log_dirs[0])
+        )
+        if response is not None and response.error_code == 0:
+            node["needs_restart"] = True
+            self.faults["broker_log_dir_failure"] += 1
+            self.note("broker_log_dir_failure", node=self._name("brokers", node), log_dir=described.log_dirs[0])
+
+    async def lagging_replica(self) -> None:
+        """A follower falls behind: its leader shrinks the ISR (and keeps it out until the
+        leader's process restarts, which the heal does)."""
+        topic = self._live_topic()
+        if topic is None:
+            return
+        partition = self.rng.randrange(self.expect.topics[topic])
+        zk = ZkClient(self.spec["zookeeper"], 10000)
+        try:
+            await zk.start(timeout_s=15)
+            got = await zk.get_or_none(paths.partition_state_path(topic, partition))
+        except ControllerError:
+            return
+        finally:
+            await zk.close()
+        if got is None:
+            return
+        state = codecs.decode_partition_state("state", got[0], got[1].version)
+        followers = [r for r in state.isr if r != state.leader]
+        leader = next((b for b in self.spec["brokers"] if b["id"] == state.leader), None)
+        if not followers or leader is None or not zookeeper_launcher.pid_alive(leader["pid"]):
+            return
+        replica = self.rng.choice(followers)
+        request = broker_pb2.SetReplicaLaggingRequest(topic=topic, partition=partition, replica=replica, lagging=True)
+        response = await self._broker_rpc(leader, "SetReplicaLagging", request)
+        if response is not None and response.error_code == 0:
+            leader["needs_restart"] = True
+            self.faults["lagging_replica"] += 1
+            self.note("lagging_replica", topic=topic, partition=partition, replica=replica, leader=leader["id"])
 
     # --- ZooKeeper faults (one server at a time: the ensemble keeps its quorum) ----------------
 
@@ -576,6 +636,14 @@ class Chaos:
             self._signal(node, signal.SIGCONT)
             await asyncio.to_thread(self._restart_zookeeper, node)
         self._zk_busy = False
+        for node in self.spec["brokers"]:
+            # A failed log dir, or a follower marked lagging, lasts until the broker restarts.
+            if node.pop("needs_restart", False) and zookeeper_launcher.pid_alive(node["pid"]):
+                self._signal(node, signal.SIGCONT)
+                self._signal(node, signal.SIGTERM)
+                await self._wait_dead(node, 30.0)
+                self._start("brokers", node)
+                self.note("restart", node=self._name("brokers", node), reason="log dir or lagging replica")
         for group in ("controllers", "brokers"):
             for node in self.spec[group]:
                 if node.get("pid") and zookeeper_launcher.pid_alive(node["pid"]):
