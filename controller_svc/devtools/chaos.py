@@ -99,6 +99,10 @@ class Chaos:
 
     async def run(self) -> dict[str, Any]:
         s = self.settings
+        # Controllers can stop themselves at a named point (common/self_stop.py): how a fault is
+        # made to land in the middle of an operation, provably.
+        self.stops = self.base / "stops"
+        self.stops.mkdir(parents=True, exist_ok=True)
         self.spec = await asyncio.to_thread(
             devcluster.up,
             str(self.base),
@@ -106,7 +110,7 @@ class Chaos:
             s.brokers,
             None,
             s.session_timeout_ms,
-            None,
+            {"debug.self.stop.dir": str(self.stops)},
             None,
             120.0,
             True,
@@ -168,6 +172,7 @@ class Chaos:
             ("zookeeper_hang", self.zookeeper_hang),
             ("zookeeper_restart", self.zookeeper_restart),
             ("controller_and_broker_kill", self.controller_and_broker_kill),
+            ("controller_killed_mid_operation", self.controller_killed_mid_operation),
             ("all_controllers_down_with_admin", self.all_controllers_down_with_admin),
             ("create_topic", self.create_topic),
             ("create_topic", self.create_topic),
@@ -433,6 +438,50 @@ class Chaos:
         devcluster.write_spec(self.base, self.spec)
 
     # --- combinations --------------------------------------------------------------------------
+
+    async def controller_killed_mid_operation(self) -> None:
+        """A broker dies and the controller is killed in the middle of handling it: between the
+        partition-state write that gives the dead broker's partitions new leaders and the one
+        that takes it out of the other ISRs. The controller stops itself there (its
+        `debug.self_stop` record proves where) and is killed while stopped."""
+        controller = await self._active_controller()
+        broker = self._pick_broker()
+        if controller is None or broker is None or not zookeeper_launcher.pid_alive(controller["pid"]):
+            return
+        node = self._name("controllers", controller)
+        arm = self.stops / f"{node}.before-fenced-write"
+        arm.write_text("skip=1 match=/state")
+        stops_before = self._self_stops(node)
+        self._signal(broker, signal.SIGKILL)
+        await self._wait_dead(broker)
+        landed = await self._until(
+            lambda: self._self_stops(node) > stops_before, self.settings.session_timeout_ms / 1000.0 + 10.0
+        )
+        arm.unlink(missing_ok=True)
+        self._signal(controller, signal.SIGKILL)
+        await self._wait_dead(controller)
+        self.faults["controller_killed_mid_operation" if landed else "controller_kill_after_broker_failure"] += 1
+        broker_name = self._name("brokers", broker)
+        self.note("controller_killed_mid_operation", controller=node, broker=broker_name, landed=landed)
+        await self._restart_later("controllers", controller, self.rng.uniform(1.0, 5.0))
+        await self._restart_later("brokers", broker, self.rng.uniform(2.0, 8.0))
+
+    @staticmethod
+    async def _until(condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Poll `condition` (a file the process under test writes) until true or timed out."""
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.2)
+        return True
+
+    def _self_stops(self, node: str) -> int:
+        path = pathlib.Path(self.spec["logs"]) / f"{node}.state-change.jsonl"
+        try:
+            return path.read_text(errors="replace").count('"kind":"debug.self_stop"')
+        except FileNotFoundError:
+            return 0
 
     async def controller_and_broker_kill(self) -> None:
         """The active controller and a broker die together."""
