@@ -371,7 +371,10 @@ class ReassignmentManager:
             return
         completed = ReplicaAssignment(reassignment.target_replicas)
         rsm = self.partitions.rsm
-        # B1: target replicas online.
+        # B1: target replicas online. One the replica state machine never saw (elected leader
+        # before phase A registered it) is adopted: otherwise it stays untracked, and a later
+        # deletion of the topic would leave it on its broker (the simulation found that).
+        rsm.adopt(PartitionAndReplica(tp, r) for r in completed.replicas if self.ctx.is_replica_online(r, tp))
         await rsm.handle_state_changes(
             [
                 PartitionAndReplica(tp, r)

@@ -144,6 +144,15 @@ class ReplicaStateMachine:
                 self.states[replica] = target
         return result
 
+    def adopt(self, replicas: Iterable[PartitionAndReplica]) -> None:
+        """Replicas that are assigned but that this state machine never tracked (a replica added
+        by a reassignment and elected leader before it was registered as NewReplica, which a
+        leader cannot become): tracked as Online, the state their broker holds them in, so
+        that every later transition (offline, deletion) includes them."""
+        for replica in replicas:
+            if self.state(replica) is ReplicaState.NON_EXISTENT:
+                self.states[replica] = ReplicaState.ONLINE
+
     def _to_new(self, replicas: list[PartitionAndReplica]) -> None:
         for replica in replicas:
             state = self.ctx.partition_states.get(replica.tp)

@@ -141,11 +141,13 @@ class TopicDeletionManager:
 
     def _all_deleted(self, topic: str) -> bool:
         replicas = self.rsm.replicas_in(topic, *ReplicaState)
+        assigned = self.ctx.all_replicas(self.ctx.partitions_for_topic(topic))
         if not replicas:
             # No replica left to delete: none was ever assigned, or a completion that failed
             # half-way (its replicas already NonExistent and unassigned) is being finished.
-            return not self.ctx.all_replicas(self.ctx.partitions_for_topic(topic))
-        return all(self.rsm.states[r] is ReplicaState.DELETION_SUCCESSFUL for r in replicas)
+            return not assigned
+        # Every assigned replica, not only those the state machine tracks, must be deleted.
+        return all(self.rsm.state(r) is ReplicaState.DELETION_SUCCESSFUL for r in set(replicas) | set(assigned))
 
     async def resume(self) -> None:
         """TopicDeletionManager.resumeDeletions."""
@@ -182,6 +184,8 @@ class TopicDeletionManager:
         )
         for topic in sorted(topics):
             replicas = self.ctx.all_replicas(self.ctx.partitions_for_topic(topic))
+            # An assigned replica the state machine does not track must be deleted too.
+            self.rsm.adopt(replicas)
             dead = {r for r in replicas if not self.ctx.is_replica_online(r.replica, r.tp, include_shutting_down=True)}
             alive = replicas - dead
             successful = {r for r in replicas if self.rsm.state(r) is ReplicaState.DELETION_SUCCESSFUL}

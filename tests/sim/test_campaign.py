@@ -20,7 +20,8 @@ REGRESSION_SEEDS = {
     1330: "a paused controller's write went out on the session that replaced the one it was elected in",
     1728: "a reassignment whose old leader left the ISR left the partition leaderless while called Online",
     1266: "an abandoned reassignment (its topic deleted) left an ISR of added replicas outside the reverted set",
-    1059: "an election during an abandoned reassignment picked a replica being removed, outside the reverted set",
+    1059: "an election during an abandoned reassignment picked a replica being removed, outside the reverted set; "
+    "then a replica elected before phase A registered it was never tracked, and the topic's deletion left it",
 }
 
 
