@@ -653,10 +653,13 @@ class Chaos:
             return
         codes = [p.error_code for p in response.partitions] or [response.error_code]
         if all(code == 0 for code in codes):
-            # Cancelled, or already complete (then the target stands): either is as asked.
             self.expect.plans[(topic, partition)] = None
             self.admin_ops["cancel"] += 1
             self.note("cancel", topic=topic, partition=partition)
+        else:
+            # Typically NO_REASSIGNMENT_IN_PROGRESS: the move had completed; its target stands.
+            self.admin_ops["cancel_refused"] += 1
+            self.note("cancel_refused", topic=topic, partition=partition, codes=codes)
 
     async def preferred_election(self) -> None:
         response = await self._admin("preferred_election", lambda c: c.elect_leaders("preferred"))
