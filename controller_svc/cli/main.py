@@ -143,7 +143,14 @@ def run_chaos_command(args: argparse.Namespace, parser: argparse.ArgumentParser)
         converge_timeout_s=args.converge_timeout_s,
         analyse=not args.no_analysis,
     )
-    summary = run_chaos(settings)
+    from controller_svc.devtools.devcluster import ClusterError
+    from controller_svc.devtools.zookeeper_launcher import ZooKeeperLaunchError
+
+    try:
+        summary = run_chaos(settings)
+    except (ClusterError, ZooKeeperLaunchError) as e:
+        print(f"controller-svc chaos: {e}", file=sys.stderr)
+        return 2
     text = json.dumps(summary, indent=2)
     print(text)
     if args.out:

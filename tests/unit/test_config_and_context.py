@@ -67,3 +67,12 @@ def test_broker_diff_detects_new_dead_bounced_and_moved() -> None:
     diff = diff_brokers(known, current)
     assert diff.new == {5} and diff.dead == {3} and diff.bounced == {2} and diff.changed_endpoints == {4}
     assert not diff_brokers(known, dict(known))
+
+
+def test_chaos_refuses_a_directory_that_holds_a_cluster(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Bad input to `controller-svc chaos`: a clear error and exit 2, nothing started."""
+    from controller_svc.cli.main import main
+
+    (tmp_path / "cluster.json").write_text("{}")
+    assert main(["chaos", "--dir", str(tmp_path), "--duration-s", "1"]) == 2
+    assert "cluster.json exists" in capsys.readouterr().err
