@@ -19,7 +19,10 @@ on ZooKeeper's leader and leader epoch; no reassignment or deletion left, every 
 carried out (or cancelled); nothing lost: every topic created and not deleted exists with all
 its partitions, every deleted one is gone. Then `controller-svc analyze` checks every log of
 the run; any violation fails the campaign. The summary (JSON) says what was injected, how long
-convergence took, and on failure the seed and schedule that reproduce it.
+convergence took, how long the cluster took to be serviceable again after each fault
+(chaos_recovery: a probe every 0.5 s from outside), and on failure the seed and schedule that
+reproduce it. Half the accepted reassignments are held in flight (the leader treats the added
+replicas as lagging) so that cancels find moves in progress and must revert them.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from controller_svc.common import grpc_common, tls
 from controller_svc.common.errors import ControllerError
 from controller_svc.common.model import TopicPartition
 from controller_svc.devtools import devcluster, zookeeper_launcher
+from controller_svc.devtools.chaos_recovery import RecoveryTracker
 from kcontroller.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
 
 log = logging.getLogger(__name__)
@@ -77,6 +81,8 @@ class Expectations:
     deleted: set[str] = field(default_factory=set)
     # (topic, partition) -> target replicas of the last accepted reassignment, None if cancelled
     plans: dict[tuple[str, int], tuple[int, ...] | None] = field(default_factory=dict)
+    # (topic, partition) -> the replicas a cancelled move must have reverted to
+    reverted: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
 
 
 class Chaos:
@@ -94,6 +100,10 @@ class Chaos:
         # Processes a fault has taken down (or paused), with what brings them back.
         self._recoveries: list[asyncio.Task[None]] = []
         self._zk_busy = False
+        self.recovery = RecoveryTracker()
+        # Reassignments kept in flight (an added replica marked lagging on the leader) so that a
+        # cancel finds them in progress: (topic, partition) -> replicas before the move.
+        self.held: dict[tuple[str, int], tuple[int, ...]] = {}
 
     # --- the run ---------------------------------------------------------------------------
 
@@ -121,6 +131,7 @@ class Chaos:
         try:
             for _ in range(s.topics):
                 await self.create_topic(partitions=s.partitions)
+            probe = asyncio.create_task(self.probe_serviceable())
             deadline = time.monotonic() + s.duration_s
             actions = self.actions()
             while time.monotonic() < deadline:
@@ -131,6 +142,12 @@ class Chaos:
             stopped = time.monotonic()
             await self.heal()
             unconverged = await self.converge(s.converge_timeout_s)
+            probe.cancel()
+            await asyncio.gather(probe, return_exceptions=True)
+            if not unconverged:
+                # Converged is serviceable: whatever a probe had not yet seen recover, has.
+                now = self._now()
+                self.recovery.probed(now, now, "")
             # From the end of the faults: bringing every process back is part of recovering.
             summary["convergence_s"] = round(time.monotonic() - stopped, 1) if not unconverged else None
             summary["converged"] = not unconverged
@@ -144,6 +161,7 @@ class Chaos:
         summary["faults"] = dict(sorted(self.faults.items()))
         summary["admin_ops"] = dict(sorted(self.admin_ops.items()))
         summary["topics_expected"] = len(self.expect.topics)
+        summary.update(self.recovery.summary())
         if s.analyse:
             summary.update(await asyncio.to_thread(self.analyse))
         analysed_ok = not s.analyse or summary.get("analysis_exit_code") == 0
@@ -154,10 +172,18 @@ class Chaos:
             summary["replay"] = f"controller-svc chaos --dir DIR --seed {s.seed} --duration-s {s.duration_s:g}"
         return summary
 
+    def _now(self) -> float:
+        return time.monotonic() - self.started
+
     def note(self, kind: str, **detail: Any) -> None:
-        entry = {"t": round(time.monotonic() - self.started, 2), "kind": kind, **detail}
+        entry = {"t": round(self._now(), 2), "kind": kind, **detail}
         self.schedule.append(entry)
         log.info("chaos: %s", entry)
+
+    def _landed(self, kind: str) -> None:
+        """A fault is in place: counted, and its recovery timed from now."""
+        self.faults[kind] += 1
+        self.recovery.fault(self._now(), kind)
 
     def actions(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         return [
@@ -259,7 +285,7 @@ class Chaos:
             return
         self._signal(node, signal.SIGKILL)
         await self._wait_dead(node)
-        self.faults["controller_kill"] += 1
+        self._landed("controller_kill")
         self.note("controller_kill", node=self._name("controllers", node))
         await self._restart_later("controllers", node, self.rng.uniform(1.0, 8.0))
 
@@ -269,7 +295,7 @@ class Chaos:
             return
         self._signal(node, signal.SIGTERM)
         await self._wait_dead(node)
-        self.faults["controller_sigterm"] += 1
+        self._landed("controller_sigterm")
         self.note("controller_sigterm", node=self._name("controllers", node))
         await self._restart_later("controllers", node, self.rng.uniform(0.5, 4.0))
 
@@ -281,7 +307,7 @@ class Chaos:
         seconds = self.settings.session_timeout_ms / 1000.0 + self.rng.uniform(0.5, 3.0)
         self._signal(node, signal.SIGSTOP)
         node["stopped"] = True
-        self.faults["controller_pause"] += 1
+        self._landed("controller_pause")
         self.note("controller_pause", node=self._name("controllers", node), seconds=round(seconds, 1))
 
         async def resume() -> None:
@@ -299,7 +325,7 @@ class Chaos:
             return
         self._signal(node, signal.SIGKILL)
         await self._wait_dead(node)
-        self.faults["broker_kill"] += 1
+        self._landed("broker_kill")
         self.note("broker_kill", node=self._name("brokers", node))
         await self._restart_later("brokers", node, self.rng.uniform(1.0, 8.0))
 
@@ -312,7 +338,7 @@ class Chaos:
         self._signal(node, signal.SIGKILL)
         await self._wait_dead(node)
         self._start("brokers", node)
-        self.faults["broker_bounce"] += 1
+        self._landed("broker_bounce")
         self.note("broker_bounce", node=self._name("brokers", node))
 
     async def broker_controlled_shutdown(self) -> None:
@@ -321,7 +347,7 @@ class Chaos:
             return
         self._signal(node, signal.SIGTERM)
         node["stopped"] = True
-        self.faults["broker_controlled_shutdown"] += 1
+        self._landed("broker_controlled_shutdown")
         self.note("broker_controlled_shutdown", node=self._name("brokers", node))
 
         async def restart() -> None:
@@ -353,7 +379,7 @@ class Chaos:
         )
         if response is not None and response.error_code == 0:
             node["needs_restart"] = True
-            self.faults["broker_log_dir_failure"] += 1
+            self._landed("broker_log_dir_failure")
             self.note("broker_log_dir_failure", node=self._name("brokers", node), log_dir=described.log_dirs[0])
 
     async def lagging_replica(self) -> None:
@@ -383,7 +409,7 @@ class Chaos:
         response = await self._broker_rpc(leader, "SetReplicaLagging", request)
         if response is not None and response.error_code == 0:
             leader["needs_restart"] = True
-            self.faults["lagging_replica"] += 1
+            self._landed("lagging_replica")
             self.note("lagging_replica", topic=topic, partition=partition, replica=replica, leader=leader["id"])
 
     # --- ZooKeeper faults (one server at a time: the ensemble keeps its quorum) ----------------
@@ -400,7 +426,7 @@ class Chaos:
         seconds = self.rng.uniform(session_s / 3, session_s)
         self._zk_busy = True
         self._signal(node, signal.SIGSTOP)
-        self.faults["zookeeper_hang"] += 1
+        self._landed("zookeeper_hang")
         self.note("zookeeper_hang", server=node["id"], seconds=round(seconds, 1))
 
         async def resume() -> None:
@@ -417,7 +443,7 @@ class Chaos:
         node = self.rng.choice(nodes)
         self._zk_busy = True
         self._signal(node, signal.SIGKILL)
-        self.faults["zookeeper_restart"] += 1
+        self._landed("zookeeper_restart")
         self.note("zookeeper_kill", server=node["id"])
 
         async def restart() -> None:
@@ -460,7 +486,7 @@ class Chaos:
         arm.unlink(missing_ok=True)
         self._signal(controller, signal.SIGKILL)
         await self._wait_dead(controller)
-        self.faults["controller_killed_mid_operation" if landed else "controller_kill_after_broker_failure"] += 1
+        self._landed("controller_killed_mid_operation" if landed else "controller_kill_after_broker_failure")
         broker_name = self._name("brokers", broker)
         self.note("controller_killed_mid_operation", controller=node, broker=broker_name, landed=landed)
         await self._restart_later("controllers", controller, self.rng.uniform(1.0, 5.0))
@@ -493,7 +519,7 @@ class Chaos:
         self._signal(broker, signal.SIGKILL)
         await self._wait_dead(controller)
         await self._wait_dead(broker)
-        self.faults["controller_and_broker_kill"] += 1
+        self._landed("controller_and_broker_kill")
         self.note(
             "controller_and_broker_kill",
             controller=self._name("controllers", controller),
@@ -511,7 +537,7 @@ class Chaos:
             self._signal(node, signal.SIGTERM)
         for node in self.spec["controllers"]:
             await self._wait_dead(node)
-        self.faults["all_controllers_down"] += 1
+        self._landed("all_controllers_down")
         zk = ZkClient(self.spec["zookeeper"], 10000)
         try:
             await zk.start(timeout_s=15)
@@ -537,6 +563,8 @@ class Chaos:
             paths.REASSIGN_PARTITIONS, codecs.encode_reassignment_plan({TopicPartition(topic, partition): target})
         )
         self.expect.plans[(topic, partition)] = target
+        self.expect.reverted.pop((topic, partition), None)
+        self.held.pop((topic, partition), None)
         self.admin_ops["reassign_zookeeper"] += 1
         self.note("reassign_zookeeper", topic=topic, partition=partition, target=list(target))
 
@@ -560,6 +588,8 @@ class Chaos:
         self.expect.deleted.add(topic)
         for key in [k for k in self.expect.plans if k[0] == topic]:
             del self.expect.plans[key]
+            self.expect.reverted.pop(key, None)
+            self.held.pop(key, None)
 
     async def _admin(self, op: str, call: Callable[[AdminClient], Awaitable[Any]]) -> Any:
         """Run an admin RPC; errors (no controller, a controller moving) are part of chaos."""
@@ -638,24 +668,75 @@ class Chaos:
         codes = [p.error_code for p in response.partitions] or [response.error_code]
         if all(code == 0 for code in codes):
             self.expect.plans[(topic, partition)] = tuple(target)
+            self.expect.reverted.pop((topic, partition), None)
+            self.held.pop((topic, partition), None)
             self.admin_ops["reassign"] += 1
             self.note("reassign", topic=topic, partition=partition, target=target)
+            if self.rng.random() < 0.5:
+                await self._hold_move(topic, partition)
         else:
             self.admin_ops["reassign_refused"] += 1
 
+    async def _hold_move(self, topic: str, partition: int) -> None:
+        """Keep a move in flight until it is cancelled or the heal restarts the leader: the
+        leader treats the replicas being added as lagging, so they never join the ISR and the
+        reassignment cannot complete (how a slow replica copy looks to the controller)."""
+        zk = ZkClient(self.spec["zookeeper"], 10000)
+        try:
+            await zk.start(timeout_s=15)
+            # The added replicas reach the leader with phase A's LeaderAndIsr; they catch up
+            # after replica.catchup.delay.ms (1 s), so mark them at once, retrying briefly.
+            for _ in range(10):
+                topic_got = await zk.get_or_none(paths.topic_path(topic))
+                state_got = await zk.get_or_none(paths.partition_state_path(topic, partition))
+                if topic_got is None or state_got is None:
+                    return
+                znode = codecs.decode_topic(paths.topic_path(topic), topic_got[0])
+                adding = znode.adding_replicas.get(partition, ())
+                if not adding:
+                    return  # nothing to copy, or the move completed already
+                state = codecs.decode_partition_state("state", state_got[0], state_got[1].version)
+                leader = next((b for b in self.spec["brokers"] if b["id"] == state.leader), None)
+                if leader is None or not self._serving(leader):
+                    return
+                codes = []
+                for replica in adding:
+                    request = broker_pb2.SetReplicaLaggingRequest(
+                        topic=topic, partition=partition, replica=replica, lagging=True
+                    )
+                    response = await self._broker_rpc(leader, "SetReplicaLagging", request)
+                    codes.append(-1 if response is None else response.error_code)
+                if all(code == 0 for code in codes):
+                    leader["needs_restart"] = True
+                    original = tuple(r for r in znode.partitions[partition] if r not in adding)
+                    self.held[(topic, partition)] = original
+                    self.admin_ops["reassign_held"] += 1
+                    self.note("reassign_held", topic=topic, partition=partition, adding=list(adding))
+                    return
+                await asyncio.sleep(0.05)  # the leader has not yet been told of the new replicas
+        except ControllerError as e:
+            self.note("admin_failed", op="hold_move", error=str(e)[:200])
+        finally:
+            await zk.close()
+
     async def cancel(self) -> None:
-        in_flight = [k for k, v in self.expect.plans.items() if v is not None]
+        in_flight = sorted(k for k, v in self.expect.plans.items() if v is not None)
         if not in_flight:
             return
-        topic, partition = self.rng.choice(sorted(in_flight))
+        held = sorted(k for k in self.held if k in in_flight)
+        topic, partition = self.rng.choice(held if held and self.rng.random() < 0.8 else in_flight)
+        original = self.held.pop((topic, partition), None)
         response = await self._admin("cancel", lambda c: c.alter_reassignments([(topic, partition, None)]))
         if response is None:
             return
         codes = [p.error_code for p in response.partitions] or [response.error_code]
         if all(code == 0 for code in codes):
             self.expect.plans[(topic, partition)] = None
+            if original is not None:
+                # Cancelled as asked: back on the replicas it had before the move.
+                self.expect.reverted[(topic, partition)] = original
             self.admin_ops["cancel"] += 1
-            self.note("cancel", topic=topic, partition=partition)
+            self.note("cancel", topic=topic, partition=partition, reverted_to=list(original or ()))
         else:
             # Typically NO_REASSIGNMENT_IN_PROGRESS: the move had completed; its target stands.
             self.admin_ops["cancel_refused"] += 1
@@ -722,6 +803,72 @@ class Chaos:
         self.note("not_converged", reason=last)
         return last
 
+    # --- recovery after each fault ------------------------------------------------------------
+
+    def _serving(self, node: dict[str, Any]) -> bool:
+        """Running and not paused (a SIGSTOPped process still holds its ZooKeeper registration
+        until its session expires: registered is not serving)."""
+        return bool(node.get("pid")) and zookeeper_launcher.pid_alive(node["pid"]) and not node.get("stopped")
+
+    async def probe_serviceable(self, interval_s: float = 0.5) -> None:
+        """Every `interval_s`, is the cluster serviceable? Times each fault's recovery
+        (chaos_recovery). One ZooKeeper session, replaced when it fails (a hung server)."""
+        zk: ZkClient | None = None
+        try:
+            while True:
+                started = self._now()
+                try:
+                    if zk is None:
+                        zk = ZkClient(self.spec["zookeeper"], 10000)
+                        await zk.start(timeout_s=10)
+                    obstacle = await asyncio.wait_for(self._unserviceable(zk), 10.0)
+                except (TimeoutError, Exception) as e:
+                    obstacle = f"probe failed: {type(e).__name__}: {e}"
+                    if zk is not None:
+                        await asyncio.shield(zk.close())
+                        zk = None
+                self.recovery.probed(started, self._now(), obstacle[:160])
+                await asyncio.sleep(interval_s)
+        finally:
+            if zk is not None:
+                await zk.close()
+
+    async def _unserviceable(self, zk: ZkClient) -> str:
+        """'' when the cluster can serve every expected partition now, else the first obstacle."""
+        topics = dict(self.expect.topics)  # the campaign goes on while we read
+        got = await zk.get_or_none(paths.CONTROLLER)
+        if got is None:
+            return "no controller"
+        controller_id = codecs.decode_controller(got[0]).broker_id
+        controller = next((c for c in self.spec["controllers"] if c["id"] == controller_id), None)
+        if controller is None or not self._serving(controller):
+            return f"/controller names {controller_id}, which is not running"
+        epoch_got = await zk.get_or_none(paths.CONTROLLER_EPOCH)
+        if epoch_got is None:
+            return "no /controller_epoch"
+        epoch = codecs.decode_controller_epoch(epoch_got[0])
+        registered = {int(b) for b in await zk.get_children_or_empty(paths.BROKER_IDS)}
+        serving = {b["id"]: b for b in self.spec["brokers"] if self._serving(b) and b["id"] in registered}
+        described = await asyncio.gather(*(devcluster.describe_broker(b["grpc"], 2.0) for b in serving.values()))
+        roles: dict[int, dict[tuple[str, int], Any]] = {}
+        for broker_id, d in zip(serving, described, strict=True):
+            if d is None:
+                return f"broker {broker_id} does not answer"
+            if d.controller_epoch != epoch:
+                return f"broker {broker_id} is on controller epoch {d.controller_epoch}, not {epoch}"
+            offline = set(d.offline_log_dirs)
+            roles[broker_id] = {(r.topic, r.partition): r for r in d.roles if r.log_dir not in offline}
+        keys = [(topic, p) for topic, count in sorted(topics.items()) for p in range(count)]
+        states = await zk.get_many([paths.partition_state_path(t, p) for t, p in keys])
+        for (topic, partition), state_got in zip(keys, states, strict=True):
+            if state_got is None:
+                return f"{topic}-{partition} has no state"
+            state = codecs.decode_partition_state("state", state_got[0], state_got[1].version)
+            role = roles.get(state.leader, {}).get((topic, partition))
+            if role is None or role.role != "leader" or role.leader_epoch != state.leader_epoch:
+                return f"{topic}-{partition} has no serving leader (ZooKeeper names {state.leader})"
+        return ""
+
     async def unconverged(self) -> str:
         zk = ZkClient(self.spec["zookeeper"], 10000)
         await zk.start(timeout_s=15)
@@ -787,6 +934,9 @@ class Chaos:
                 plan = self.expect.plans.get((topic, partition))
                 if plan is not None and tuple(replicas) != plan:
                     return f"{topic}-{partition}: replicas {list(replicas)}, the accepted plan asked {list(plan)}"
+                reverted = self.expect.reverted.get((topic, partition))
+                if plan is None and reverted is not None and set(replicas) != set(reverted):
+                    return f"{topic}-{partition}: replicas {list(replicas)}, a cancel reverts to {list(reverted)}"
                 for replica in replicas:
                     role = described[replica].get((topic, partition))
                     if role is None or role.leader != state.leader or role.leader_epoch != state.leader_epoch:

@@ -53,6 +53,12 @@ def test_a_short_campaign_converges_with_nothing_lost_and_no_violation(tmp_path:
         assert summary["converged"] and summary["convergence_s"] is not None
         assert summary["violations"] == {name: 0 for name in summary["violations"]}
         assert summary["events"] > 0 and summary["topics_expected"] >= 3
+        # Every fault was timed to the cluster's next serviceable moment (at the latest, the
+        # final convergence).
+        assert summary["faults_unrecovered"] == 0
+        timed = summary["recovery_by_fault_kind"]
+        assert {k: v["recovered"] for k, v in timed.items()} == summary["faults"]
+        assert len(summary["recovery_after_each_fault"]) == sum(summary["faults"].values())
         for kind, count in summary["faults"].items():
             faults[kind] = faults.get(kind, 0) + count
     # The faults landed on every kind of process.
