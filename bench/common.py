@@ -8,6 +8,7 @@ import os
 import pathlib
 import platform
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterable
@@ -32,6 +33,37 @@ def start_cluster(
         wait_s=180,
     )
     return directory, spec
+
+
+class Profiler:
+    """py-spy sampling processes of the cluster while an operation runs (`--profile DIR`):
+    raw collapsed stacks per process, summarised by `bench.profile_summary`. Idle threads are
+    left out, so the samples are where the CPU went."""
+
+    def __init__(self, directory: str | None) -> None:
+        self.directory = pathlib.Path(directory) if directory else None
+        self._running: list[subprocess.Popen[bytes]] = []
+
+    def start(self, name: str, pid: int, rate: int = 250) -> None:
+        if self.directory is None:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        out = self.directory / f"{name}.txt"
+        command = ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", str(rate), "--output", str(out)]
+        venv_spy = pathlib.Path(sys.executable).with_name("py-spy")
+        if venv_spy.exists():
+            command[0] = str(venv_spy)
+        self._running.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    def stop(self) -> None:
+        for process in self._running:
+            process.send_signal(2)  # SIGINT: py-spy writes its output and exits
+        for process in self._running:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        self._running.clear()
 
 
 def stop_cluster(directory: str) -> None:

@@ -31,7 +31,16 @@ from typing import Any
 
 import uvloop
 
-from bench.common import LogTail, create_partitions, emit, save, start_cluster, stop_cluster, wait_all_led
+from bench.common import (
+    LogTail,
+    Profiler,
+    create_partitions,
+    emit,
+    save,
+    start_cluster,
+    stop_cluster,
+    wait_all_led,
+)
 from controller_svc.adapters.zk import paths
 from controller_svc.adapters.zk.client import WatchKind, ZkClient
 from controller_svc.devtools import devcluster
@@ -66,9 +75,15 @@ async def floor_read_ms(zookeeper: str, repeats: int = 3) -> float:
         await zk.close()
 
 
-async def measure(spec: dict[str, Any], session_timeout_ms: int, give_up_s: float) -> dict[str, Any]:
+async def measure(
+    spec: dict[str, Any], session_timeout_ms: int, give_up_s: float, profiler: Profiler
+) -> dict[str, Any]:
     controller_id, epoch = await read_controller(spec["zookeeper"])
     victim = next(c for c in spec["controllers"] if c["id"] == controller_id)
+    for standby in spec["controllers"]:
+        if standby is not victim:
+            profiler.start(f"controller-{standby['id']}", standby["pid"])
+    profiler.start(f"broker-{spec['brokers'][0]['id']}", spec["brokers"][0]["pid"])
     watcher = ZkClient(spec["zookeeper"], 30000)
     await watcher.start(timeout_s=30)
     deleted = asyncio.get_running_loop().create_future()
@@ -124,6 +139,7 @@ async def measure(spec: dict[str, Any], session_timeout_ms: int, give_up_s: floa
         ]
         if settle_until is None and completed and set(first_per_broker) >= brokers:
             settle_until = time.monotonic() + 3 * session_timeout_ms / 1000.0
+            await asyncio.to_thread(profiler.stop)
         await asyncio.sleep(0.2)
     elections = [r for r in seen if r["kind"] == "controller.elected" and r["controller_epoch"] > epoch]
     resignations = [r for r in seen if r["kind"] == "controller.resigned" and r["controller_epoch"] > epoch]
@@ -219,7 +235,9 @@ def _alive(pid: int) -> bool:
     return finished == 0
 
 
-async def run(partitions: int, brokers: int, rf: int, session_timeout_ms: int) -> dict[str, Any]:
+async def run(
+    partitions: int, brokers: int, rf: int, session_timeout_ms: int, profile_dir: str | None = None
+) -> dict[str, Any]:
     directory, spec = await asyncio.to_thread(start_cluster, 2, brokers, session_timeout_ms)
     try:
         created = time.monotonic()
@@ -227,7 +245,11 @@ async def run(partitions: int, brokers: int, rf: int, session_timeout_ms: int) -
         await wait_all_led(spec, partitions)
         setup_s = time.monotonic() - created
         floor_ms = await floor_read_ms(spec["zookeeper"])
-        result = await measure(spec, session_timeout_ms, give_up_s=max(120.0, partitions / 1000.0))
+        profiler = Profiler(profile_dir)
+        try:
+            result = await measure(spec, session_timeout_ms, max(120.0, partitions / 1000.0), profiler)
+        finally:
+            await asyncio.to_thread(profiler.stop)
         if result["completed"]:
             led = await led_partitions(spec)
             victim_id = max(led, key=lambda b: led[b])
@@ -268,10 +290,11 @@ def main() -> None:
     parser.add_argument("--replication-factor", type=int, default=3)
     parser.add_argument("--session-timeout-ms", type=int, default=6000, help="default: cluster up's 6000")
     parser.add_argument("--out", help="also write the results (a JSON list) to this file")
+    parser.add_argument("--profile", metavar="DIR", help="py-spy the new controller and a broker during the failover")
     args = parser.parse_args()
     results = []
     for count in args.partitions or [10000]:
-        result = uvloop.run(run(count, args.brokers, args.replication_factor, args.session_timeout_ms))
+        result = uvloop.run(run(count, args.brokers, args.replication_factor, args.session_timeout_ms, args.profile))
         emit(result)
         results.append(result)
     if args.out:
