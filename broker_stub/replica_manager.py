@@ -115,3 +115,30 @@ def apply_stop_replica(state: BrokerState, request: broker_pb2.StopReplicaReques
             state.roles[tp] = role
         result.role_changes[tp] = role
     return result
+
+
+def apply_describe_replica_epochs(
+    state: BrokerState, request: broker_pb2.DescribeReplicaEpochsRequest
+) -> tuple[ApplyResult, list[broker_pb2.TopicReplicaEpochs]]:
+    """A new controller's question at failover: the leader epoch held for each replica that
+    is leader or follower on a log dir that has not failed. Fenced and accepted like any
+    control request, so once answered no request of an older controller is applied: what we
+    report can then only change through the asking controller (or a restart, which it sees
+    as a new broker epoch)."""
+    error = _fence(state, request.controller_epoch, request.broker_epoch)
+    if error:
+        return ApplyResult(error), []
+    _accept_controller(state, request.controller_id, request.controller_epoch)
+    by_topic: dict[str, tuple[list[int], list[int]]] = {}
+    for tp, role in state.roles.items():
+        if role.role not in ("leader", "follower") or state.is_on_offline_dir(tp):
+            continue
+        partitions, epochs = by_topic.setdefault(tp.topic, ([], []))
+        partitions.append(tp.partition)
+        epochs.append(role.leader_epoch)
+    state.generation += 1
+    topics = [
+        broker_pb2.TopicReplicaEpochs(topic=topic, partitions=partitions, leader_epochs=epochs)
+        for topic, (partitions, epochs) in sorted(by_topic.items())
+    ]
+    return ApplyResult(), topics

@@ -19,7 +19,12 @@ from kcontroller.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 
 log = logging.getLogger(__name__)
 
-ControlRequest = broker_pb2.UpdateMetadataRequest | broker_pb2.LeaderAndIsrRequest | broker_pb2.StopReplicaRequest
+ControlRequest = (
+    broker_pb2.UpdateMetadataRequest
+    | broker_pb2.LeaderAndIsrRequest
+    | broker_pb2.StopReplicaRequest
+    | broker_pb2.DescribeReplicaEpochsRequest
+)
 
 SERVICE_NAME = broker_pb2.DESCRIPTOR.services_by_name["BrokerControl"].full_name
 
@@ -121,6 +126,16 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
             error_code=int(result.error),
             error_message=_message(result.error),
             partition_errors=_partition_errors(result),
+        )
+
+    async def DescribeReplicaEpochs(
+        self, request: broker_pb2.DescribeReplicaEpochsRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.DescribeReplicaEpochsResponse:
+        async with self._lock:
+            result, topics = replica_manager.apply_describe_replica_epochs(self.state, request)
+            self._record("DescribeReplicaEpochs", request, result)
+        return broker_pb2.DescribeReplicaEpochsResponse(
+            error_code=int(result.error), error_message=_message(result.error), topics=topics
         )
 
     async def DescribeBroker(

@@ -34,6 +34,7 @@ class ApiKind(enum.StrEnum):
     LEADER_AND_ISR = "LeaderAndIsr"
     UPDATE_METADATA = "UpdateMetadata"
     STOP_REPLICA = "StopReplica"
+    DESCRIBE_REPLICA_EPOCHS = "DescribeReplicaEpochs"
 
 
 ResponseCallback = Callable[[int, str, Any], None]

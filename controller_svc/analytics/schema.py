@@ -21,6 +21,9 @@ INVARIANTS: Final = (
 
 # Every field any analysis reads, with its JSON type. Records may carry more; those are kept
 # in the raw line only. A known field with the wrong type makes a record of a known kind malformed.
+# Control requests a controller sends (contract 5's three, and the failover's question).
+CONTROL_APIS: Final = ("LeaderAndIsr", "UpdateMetadata", "StopReplica", "DescribeReplicaEpochs")
+
 LONG: Final = "long"
 DOUBLE: Final = "double"
 STRING: Final = "string"
@@ -110,12 +113,9 @@ OTHER_KINDS: Final = "_other"
 ALLOWED_VALUES: Final[dict[str, dict[str, tuple[str, ...]]]] = {
     "partition.leader_elected": {"strategy": ("offline", "reassign", "preferred", "controlled_shutdown", "new")},
     "partition.role_changed": {"role": ("leader", "follower", "stopped", "deleted")},
-    "request.received": {
-        "result": ("applied", "rejected"),
-        "api": ("LeaderAndIsr", "UpdateMetadata", "StopReplica"),
-    },
-    "request.sent": {"api": ("LeaderAndIsr", "UpdateMetadata", "StopReplica")},
-    "request.completed": {"api": ("LeaderAndIsr", "UpdateMetadata", "StopReplica")},
+    "request.received": {"result": ("applied", "rejected"), "api": CONTROL_APIS},
+    "request.sent": {"api": CONTROL_APIS},
+    "request.completed": {"api": CONTROL_APIS},
 }
 
 # Node names of contract 5: controller-N and broker-N.

@@ -143,6 +143,20 @@ CONTROLLER_KEYS: tuple[Key, ...] = (
     ),
     Key("leader.imbalance.check.interval.seconds", int, 300, "Interval of the automatic rebalance check", _positive),
     Key(
+        "failover.replica.epochs.enable",
+        bool,
+        True,
+        "At failover, send LeaderAndIsr only for replicas whose broker reports an older leader epoch (false: "
+        "every replica, as Kafka does)",
+    ),
+    Key(
+        "failover.replica.epochs.timeout.ms",
+        int,
+        3000,
+        "How long a failover waits for a broker's leader epochs before sending it every LeaderAndIsr",
+        _positive,
+    ),
+    Key(
         "controller.election.retry.ms",
         int,
         2000,

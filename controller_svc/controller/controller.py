@@ -336,6 +336,10 @@ class Controller:
             total_ms=timings.total_ms,
             partitions=self.context.partition_count,
             live_brokers=list(timings.live_brokers),
+            replica_epochs_ms=timings.replica_epochs_ms,
+            brokers_reported=list(timings.brokers_reported),
+            leader_and_isr_sent=timings.leader_and_isr_sent,
+            leader_and_isr_skipped=timings.leader_and_isr_skipped,
         )
         log.info(
             "controller %d is active: epoch %d, %d live brokers, %d topics, %d partitions (loaded in %.0f ms)",

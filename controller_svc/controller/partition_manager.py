@@ -19,6 +19,7 @@ from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.controller.partition_state_machine import PartitionState, PartitionStateMachine, PartitionStateStore
 from controller_svc.controller.replica_state_machine import ReplicaState, ReplicaStateMachine
 from controller_svc.core.context import ControllerContext
+from controller_svc.core.replica_epochs import ReplicaEpochs
 from controller_svc.core.request_batch import RequestBatch, RequestSink, StopReplicaCallback
 
 log = logging.getLogger(__name__)
@@ -78,21 +79,22 @@ class PartitionManager:
 
     # --- failover -------------------------------------------------------------------------------
 
-    async def start_up(self) -> None:
+    async def start_up(self, reported: ReplicaEpochs | None = None) -> tuple[int, int]:
         """Failover: UpdateMetadata to every live broker, replica state machine start-up
-        (online replicas get LeaderAndIsr, offline ones leave the ISR), then partition state
-        machine start-up (New and Offline partitions elected with the offline strategy)."""
+        (online replicas get LeaderAndIsr where their broker is behind, offline ones leave the
+        ISR), then partition state machine start-up (New and Offline partitions elected with
+        the offline strategy). Returns the LeaderAndIsr (sent, skipped)."""
         async with self.operation() as batch:
             batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, self.ctx.all_partitions())
         self.rsm.initialize()
         self.psm.initialize()
-        online = [r for r, s in self.rsm.states.items() if s is ReplicaState.ONLINE]
         offline = [r for r, s in self.rsm.states.items() if s is not ReplicaState.ONLINE]
         async with self.operation():
-            await self.rsm.handle_state_changes(online, ReplicaState.ONLINE)
+            sent_skipped = self.rsm.resend_online(reported)
             await self.rsm.handle_state_changes(offline, ReplicaState.OFFLINE)
         async with self.operation():
             await self.psm.trigger_online_partition_state_change()
+        return sent_skipped
 
     # --- brokers --------------------------------------------------------------------------------
 

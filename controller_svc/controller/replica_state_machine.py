@@ -23,6 +23,7 @@ from controller_svc.common.model import (
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.controller.partition_state_machine import MAX_WRITE_ATTEMPTS, PartitionStateStore
 from controller_svc.core.context import ControllerContext
+from controller_svc.core.replica_epochs import ReplicaEpochs, already_held
 from controller_svc.core.request_batch import RequestBatch
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,31 @@ class ReplicaStateMachine:
         for replica in self.ctx.all_replicas(self.ctx.all_partitions()):
             online = self.ctx.is_replica_online(replica.replica, replica.tp)
             self.states[replica] = ReplicaState.ONLINE if online else ReplicaState.DELETION_INELIGIBLE
+
+    def resend_online(self, reported: ReplicaEpochs | None) -> tuple[int, int]:
+        """Failover: OnlineReplica -> OnlineReplica for every online replica, i.e. a
+        LeaderAndIsr to its broker, except where the broker reported holding the partition's
+        leader epoch already (core/replica_epochs.py; None: no report, Kafka's full send).
+        Returns (sent, skipped)."""
+        ctx = self.ctx
+        states = ctx.partition_states
+        sent = skipped = 0
+        for replica, state in self.states.items():
+            if state is not ReplicaState.ONLINE:
+                continue
+            tp = replica.tp
+            partition_state = states.get(tp)
+            assignment = ctx.assignment(tp)
+            if partition_state is None or assignment is None:
+                continue
+            if reported is not None and already_held(
+                reported, replica.replica, tp.topic, tp.partition, partition_state.leader_epoch
+            ):
+                skipped += 1
+                continue
+            self.batch.add_leader_and_isr([replica.replica], tp, partition_state, assignment, is_new=False)
+            sent += 1
+        return sent, skipped
 
     def state(self, replica: PartitionAndReplica) -> ReplicaState:
         return self.states.get(replica, ReplicaState.NON_EXISTENT)

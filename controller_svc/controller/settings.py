@@ -20,6 +20,11 @@ class ControllerSettings:
     leader_imbalance_check_interval_s: float = 300.0
     # Kafka runs the first automatic rebalance 5 s after failover.
     first_rebalance_delay_s: float = 5.0
+    # At failover, ask brokers which leader epochs they hold and send LeaderAndIsr only where
+    # they are behind (core/replica_epochs.py); a broker that has not answered within the
+    # timeout gets every LeaderAndIsr, as Kafka sends them.
+    failover_replica_epochs_enable: bool = True
+    failover_replica_epochs_timeout_s: float = 3.0
     # Fault injection: hold the event loop this long after the failover's load (0: off).
     debug_failover_hold_loop_s: float = 0.0
     # Fault injection: the directory of arm files for stopping this process at a named point

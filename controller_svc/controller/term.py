@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, assert_never
 
-from controller_svc.adapters.channel_manager import ChannelManager, ClientFactory
+from controller_svc.adapters.channel_manager import ApiKind, ChannelManager, ClientFactory
 from controller_svc.adapters.zk import paths
 from controller_svc.adapters.zk.client import CreateOp, WatchKind
 from controller_svc.common import metrics
@@ -37,6 +37,8 @@ from controller_svc.controller.settings import ControllerSettings
 from controller_svc.controller.topic_admin import TopicAdmin
 from controller_svc.controller.topic_deletion import TopicDeletionManager
 from controller_svc.core.context import ControllerContext, diff_brokers
+from controller_svc.core.replica_epochs import ReplicaEpochs, held_epochs
+from kcontroller.v1 import broker_pb2
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,11 @@ class FailoverTimings:
     load_ms: float
     total_ms: float
     live_brokers: tuple[int, ...]
+    # LeaderAndIsr of the start-up: sent, and skipped because the broker held the epoch
+    leader_and_isr_sent: int = 0
+    leader_and_isr_skipped: int = 0
+    brokers_reported: tuple[int, ...] = ()
+    replica_epochs_ms: float = 0.0
 
 
 class TermOfOffice:
@@ -184,7 +191,10 @@ class TermOfOffice:
         pending_deletions = set(await self.store.children(paths.DELETE_TOPICS, watch=True))
         if self.settings.delete_topic_enable:
             self.ctx.topics_to_be_deleted.update(pending_deletions & set(self.ctx.assignments))
-        await m.partitions.start_up()
+        asked = time.monotonic()
+        reported = await self._replica_epochs(set(brokers)) if self.settings.failover_replica_epochs_enable else None
+        replica_epochs_ms = (time.monotonic() - asked) * 1000
+        sent, skipped = await m.partitions.start_up(reported)
         await self.in_operation(m.reassignment.abandon(self.ctx.topics_to_be_deleted))
         # Kafka's fetchTopicDeletionsInProgress: topics with a replica on a dead broker or a
         # partition being reassigned are ineligible before anything else runs, so that a
@@ -210,7 +220,47 @@ class TermOfOffice:
             load_ms=round((loaded - started) * 1000, 3),
             total_ms=round((time.monotonic() - started) * 1000, 3),
             live_brokers=tuple(sorted(brokers)),
+            leader_and_isr_sent=sent,
+            leader_and_isr_skipped=skipped,
+            brokers_reported=tuple(sorted(reported or ())),
+            replica_epochs_ms=round(replica_epochs_ms, 3),
         )
+
+    async def _replica_epochs(self, broker_ids: set[int]) -> ReplicaEpochs:
+        """DescribeReplicaEpochs to every live broker, first in its queue; the answers that
+        arrive within the timeout (core/replica_epochs.py says what they allow). A broker that
+        refuses, fails or is slow is left out: it gets every LeaderAndIsr."""
+        assert self.channels is not None
+        loop = asyncio.get_running_loop()
+        answers: dict[int, asyncio.Future[Any]] = {}
+        for broker_id in sorted(broker_ids):
+            answer: asyncio.Future[Any] = loop.create_future()
+            request = broker_pb2.DescribeReplicaEpochsRequest(
+                controller_id=self.id, controller_epoch=self.ctx.epoch, broker_epoch=self.ctx.broker_epoch(broker_id)
+            )
+            if self.channels.send(broker_id, ApiKind.DESCRIBE_REPLICA_EPOCHS.value, request, _resolve(answer)):
+                answers[broker_id] = answer
+        if answers:
+            await asyncio.wait(answers.values(), timeout=self.settings.failover_replica_epochs_timeout_s)
+        reported: dict[int, dict[str, dict[int, int]]] = {}
+        for broker_id, answer in sorted(answers.items()):
+            if not answer.done():
+                log.warning(
+                    "broker %d did not report its replica epochs within %.1f s: it gets every LeaderAndIsr",
+                    broker_id,
+                    self.settings.failover_replica_epochs_timeout_s,
+                )
+                continue
+            response = answer.result()
+            if response.error_code:
+                log.warning(
+                    "broker %d refused to report its replica epochs (error %d): it gets every LeaderAndIsr",
+                    broker_id,
+                    response.error_code,
+                )
+                continue
+            reported[broker_id] = held_epochs(response.topics)
+        return reported
 
     async def close(self) -> None:
         """KafkaController.onControllerResignation: every watch of the table, the per-broker and
@@ -426,6 +476,14 @@ class TermOfOffice:
         await self._abandon_reassignments_of(set(queue))
         await self.in_operation(self.managers.deletion.process_requests(set(queue)))
         return results
+
+
+def _resolve(future: asyncio.Future[Any]) -> Callable[[int, str, Any], None]:
+    def callback(_broker_id: int, _api: str, response: Any) -> None:
+        if not future.done():
+            future.set_result(response)
+
+    return callback
 
 
 def _answer(event: ev.ReplyEvent, result: object) -> None:

@@ -105,6 +105,8 @@ async def run_controller(config: Config) -> int:
         leader_imbalance_per_broker_percentage=config.int("leader.imbalance.per.broker.percentage"),
         leader_imbalance_check_interval_s=float(config.int("leader.imbalance.check.interval.seconds")),
         debug_failover_hold_loop_s=config.int("debug.failover.hold.loop.ms") / 1000.0,
+        failover_replica_epochs_enable=bool(config["failover.replica.epochs.enable"]),
+        failover_replica_epochs_timeout_s=config.int("failover.replica.epochs.timeout.ms") / 1000.0,
         debug_self_stop_dir=config.str("debug.self.stop.dir"),
     )
     controller = Controller(settings, zk, state_log, client_factory=tls_client_factory(tls_files))

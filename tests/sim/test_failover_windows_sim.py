@@ -6,6 +6,7 @@ before the fix it is named after (the failover-windows issue, section 1)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from typing import Any
 
@@ -351,3 +352,100 @@ async def test_an_isr_change_made_while_the_new_controller_starts_reaches_every_
         cluster.safety()
     finally:
         await cluster.stop_all()
+
+
+def _failovers(cluster: SimCluster) -> list[dict[str, Any]]:
+    completed: list[dict[str, Any]] = []
+    previous = cluster.on_record
+
+    def observe(node: str, kind: str, fields: dict[str, Any]) -> None:
+        if kind == "controller.failover_completed":
+            completed.append(fields)
+        if previous is not None:
+            previous(node, kind, fields)
+
+    cluster.on_record = observe
+    return completed
+
+
+async def test_failover_sends_only_the_leader_and_isr_brokers_lack_and_repairs_what_they_missed() -> None:
+    """Failover with DescribeReplicaEpochs (core/replica_epochs.py): a broker that missed the
+    previous controller's LeaderAndIsr (one replica an epoch behind, one never received) gets
+    exactly those; every replica a broker already holds at ZooKeeper's epoch is skipped."""
+    cluster = SimCluster(brokers=3, auto_leader_rebalance_enable=False)
+    completed = _failovers(cluster)
+    try:
+        await cluster.start_brokers()
+        await cluster.start_controller(1)
+        await cluster.create_topic("t", {p: [1, 2, 3] for p in range(6)})
+        tps = [TopicPartition("t", p) for p in range(6)]
+
+        def all_applied() -> bool:
+            return all(
+                cluster.state_in_zookeeper(tp) is not None
+                and all(
+                    cluster.brokers[b].state.roles.get(tp) is not None
+                    and cluster.brokers[b].state.roles[tp].leader_epoch == cluster.state_in_zookeeper(tp).leader_epoch
+                    for b in (1, 2, 3)
+                )
+                for tp in tps
+            )
+
+        await cluster.until(all_applied, what="every replica on its leader epoch")
+        await cluster.start_controller(2)
+        # What a lost request leaves behind: broker 3 one epoch behind on t-1, without t-2.
+        broker = cluster.brokers[3].state
+        role = broker.roles[tps[1]]
+        broker.roles[tps[1]] = dataclasses.replace(role, leader_epoch=role.leader_epoch - 1)
+        del broker.roles[tps[2]]
+        await cluster.stop_controller(1)
+        await cluster.until(lambda: len(completed) == 2, what="controller 2's failover")
+        failover = completed[-1]
+        assert failover["brokers_reported"] == [1, 2, 3]
+        assert (failover["leader_and_isr_sent"], failover["leader_and_isr_skipped"]) == (2, 16)
+        await cluster.until(all_applied, what="broker 3 repaired")
+        cluster.safety()
+    finally:
+        await cluster.stop_all()
+
+
+async def test_failover_sends_every_leader_and_isr_to_a_broker_that_does_not_report() -> None:
+    """A broker whose answer does not come within failover.replica.epochs.timeout.ms (its
+    requests are delayed) gets every LeaderAndIsr, as Kafka sends them; so does every broker
+    when the feature is off."""
+    for enabled in (True, False):
+        cluster = SimCluster(
+            brokers=3,
+            auto_leader_rebalance_enable=False,
+            failover_replica_epochs_enable=enabled,
+            failover_replica_epochs_timeout_s=0.5,
+        )
+        completed = _failovers(cluster)
+        try:
+            await cluster.start_brokers()
+            await cluster.start_controller(1)
+            await cluster.create_topic("t", {p: [1, 2, 3] for p in range(4)})
+            await cluster.until(
+                lambda: all(cluster.state_in_zookeeper(TopicPartition("t", p)) is not None for p in range(4)),
+                what="t online",
+            )
+            await cluster.start_controller(2)
+            slow = cluster.brokers[2].service.DescribeReplicaEpochs
+
+            async def answer_late(request: Any, context: Any) -> Any:
+                await asyncio.sleep(2.0)
+                return await slow(request, context)
+
+            cluster.brokers[2].service.DescribeReplicaEpochs = answer_late  # type: ignore[method-assign]
+            await cluster.stop_controller(1)
+            await cluster.until(lambda: len(completed) == 2, what="controller 2's failover")
+            failover = completed[-1]
+            if enabled:
+                assert failover["brokers_reported"] == [1, 3]
+                assert (failover["leader_and_isr_sent"], failover["leader_and_isr_skipped"]) == (4, 8)
+            else:
+                assert failover["brokers_reported"] == []
+                assert (failover["leader_and_isr_sent"], failover["leader_and_isr_skipped"]) == (12, 0)
+            cluster.safety()
+        finally:
+            await cluster.stop_all()
