@@ -51,10 +51,11 @@ class PartitionManager:
         return f"PartitionManager({self.psm!r}, {self.rsm!r})"
 
     @contextlib.asynccontextmanager
-    async def operation(self) -> AsyncIterator[RequestBatch]:
+    async def operation(self, refresh_metrics: bool = True) -> AsyncIterator[RequestBatch]:
         """One request batch per operation. Requests already in the batch stand for ZooKeeper
         writes that succeeded, so they are sent even if the operation fails half-way; a
-        controller that moved sends nothing."""
+        controller that moved sends nothing. The gauges are recomputed after it (full scans:
+        an operation made of several steps refreshes them once, at its end)."""
         self.batch.new_batch()
         try:
             yield self.batch
@@ -65,7 +66,8 @@ class PartitionManager:
             self.batch.send(self.sink)
             raise
         self.batch.send(self.sink)
-        self.update_metrics()
+        if refresh_metrics:
+            self.update_metrics()
         # The senders share this event loop: let them put the requests on the wire before
         # the next (possibly long, CPU-bound) step of the operation.
         for _ in range(3):
@@ -84,12 +86,12 @@ class PartitionManager:
         (online replicas get LeaderAndIsr where their broker is behind, offline ones leave the
         ISR), then partition state machine start-up (New and Offline partitions elected with
         the offline strategy). Returns the LeaderAndIsr (sent, skipped)."""
-        async with self.operation() as batch:
+        async with self.operation(refresh_metrics=False) as batch:
             batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, self.ctx.all_partitions())
         self.rsm.initialize()
         self.psm.initialize()
         offline = [r for r, s in self.rsm.states.items() if s is not ReplicaState.ONLINE]
-        async with self.operation():
+        async with self.operation(refresh_metrics=False):
             sent_skipped = self.rsm.resend_online(reported)
             await self.rsm.handle_state_changes(offline, ReplicaState.OFFLINE)
         async with self.operation():

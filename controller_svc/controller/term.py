@@ -203,9 +203,9 @@ class TermOfOffice:
             {tp.topic for tp in self.ctx.partitions_being_reassigned}
             | {
                 r.tp.topic
-                for r in self.ctx.all_replicas(self.ctx.all_partitions())
-                if r.tp.topic in self.ctx.topics_to_be_deleted
-                and not self.ctx.is_replica_online(r.replica, r.tp, include_shutting_down=True)
+                for topic in self.ctx.topics_to_be_deleted
+                for r in self.ctx.all_replicas(self.ctx.partitions_for_topic(topic))
+                if not self.ctx.is_replica_online(r.replica, r.tp, include_shutting_down=True)
             }
         )
         await self.in_operation(m.reassignment.start_up())

@@ -10,6 +10,8 @@ import dataclasses
 import json
 from typing import Any
 
+import pytest
+
 from broker_stub.isr import change_isr
 from controller_svc.adapters.zk import codecs, paths
 from controller_svc.common.model import BrokerInfo, EndPoint, TopicPartition
@@ -76,9 +78,7 @@ async def test_cancel_reverts_the_replicas_on_every_broker() -> None:
         await admin.create(paths.REASSIGN_PARTITIONS, json.dumps(plan).encode())
         await cluster.until(lambda: bool(controller.context.partitions_being_reassigned), what="the move to start")
         await cluster.until(
-            lambda: all(
-                set(cluster.brokers[b].state.roles[T0].replicas) == {1, 2, 3} for b in (1, 2)
-            ),
+            lambda: all(set(cluster.brokers[b].state.roles[T0].replicas) == {1, 2, 3} for b in (1, 2)),
             what="the brokers to see the move",
         )
         reply = asyncio.get_running_loop().create_future()
@@ -86,8 +86,10 @@ async def test_cancel_reverts_the_replicas_on_every_broker() -> None:
         reverted = cluster.replicas_in_zookeeper(T0)
         assert set(reverted) == {1, 2}
         await cluster.until(
-            lambda: all(cluster.brokers[b].state.roles[T0].replicas == reverted for b in (1, 2))
-            and all(tuple(cluster.brokers[b].state.metadata[T0].replicas) == reverted for b in (1, 2)),
+            lambda: (
+                all(cluster.brokers[b].state.roles[T0].replicas == reverted for b in (1, 2))
+                and all(tuple(cluster.brokers[b].state.metadata[T0].replicas) == reverted for b in (1, 2))
+            ),
             what="both replicas and their metadata to hold the reverted set",
         )
         cluster.safety()
@@ -113,9 +115,7 @@ async def test_deletion_request_found_at_failover_with_deletion_disabled() -> No
         assert not controller.context.topics_to_be_deleted
         leader = cluster.state_in_zookeeper(T0).leader
         await cluster.brokers[leader].kill()
-        await cluster.until(
-            lambda: cluster.state_in_zookeeper(T0).leader not in (-1, leader), what="t-0 re-elected"
-        )
+        await cluster.until(lambda: cluster.state_in_zookeeper(T0).leader not in (-1, leader), what="t-0 re-elected")
         cluster.safety()
     finally:
         await cluster.stop_all()
@@ -151,7 +151,6 @@ async def test_lost_reply_of_a_fenced_write_is_retried_and_its_requests_go_out()
         await cluster.stop_all()
 
 
-
 async def test_a_dead_request_sender_makes_the_controller_resign_and_a_new_term_repairs_the_broker() -> None:
     """A background task of the term that dies (here the sender to broker 2) must not leave the
     controller running without it: the controller resigns and releases /controller (Kafka's
@@ -166,15 +165,15 @@ async def test_a_dead_request_sender_makes_the_controller_resign_and_a_new_term_
         first_term = controller.term
         cluster.sender_bugs[2] = 1
         await cluster.create_topic("u", {0: [2, 3]})  # a LeaderAndIsr for broker 2: its sender dies
-        await cluster.until(
-            lambda: controller.is_active and controller.context.epoch > first_epoch, what="a new term"
-        )
+        await cluster.until(lambda: controller.is_active and controller.context.epoch > first_epoch, what="a new term")
         assert first_term is not None and first_term.closed
         assert cluster.sender_bugs[2] == 0, "the fault did not land"
         u0 = TopicPartition("u", 0)
         await cluster.until(
-            lambda: cluster.brokers[2].state.roles.get(u0) is not None
-            and cluster.brokers[2].state.controller_epoch == controller.context.epoch,
+            lambda: (
+                cluster.brokers[2].state.roles.get(u0) is not None
+                and cluster.brokers[2].state.controller_epoch == controller.context.epoch
+            ),
             what="broker 2 served by the new term",
         )
         cluster.safety()
@@ -202,8 +201,10 @@ async def test_create_topics_failing_part_way_brings_the_written_topics_online()
         for topic in ("written", "after"):
             tp = TopicPartition(topic, 0)
             await cluster.until(
-                lambda tp=tp: cluster.state_in_zookeeper(tp) is not None
-                and all(cluster.brokers[b].state.roles.get(tp) is not None for b in (1, 2)),
+                lambda tp=tp: (
+                    cluster.state_in_zookeeper(tp) is not None
+                    and all(cluster.brokers[b].state.roles.get(tp) is not None for b in (1, 2))
+                ),
                 what=f"{topic} online on both replicas",
             )
         assert paths.topic_path("refused") not in cluster.model.nodes
@@ -343,10 +344,12 @@ async def test_an_isr_change_made_while_the_new_controller_starts_reaches_every_
         await change_isr(leader.zk, leader.state, T0, follower, lagging=False)  # type: ignore[arg-type]
         assert set(cluster.state_in_zookeeper(T0).isr) == {1, 2, 3}
         await cluster.until(
-            lambda: standby.is_active
-            and T0 in standby.context.partition_states
-            and set(standby.context.partition_states[T0].isr) == {1, 2, 3}
-            and all(set(b.state.metadata[T0].isr) == {1, 2, 3} for b in cluster.brokers.values()),
+            lambda: (
+                standby.is_active
+                and T0 in standby.context.partition_states
+                and set(standby.context.partition_states[T0].isr) == {1, 2, 3}
+                and all(set(b.state.metadata[T0].isr) == {1, 2, 3} for b in cluster.brokers.values())
+            ),
             what="the new controller and every broker to know the expanded ISR",
         )
         cluster.safety()
@@ -409,43 +412,43 @@ async def test_failover_sends_only_the_leader_and_isr_brokers_lack_and_repairs_w
         await cluster.stop_all()
 
 
-async def test_failover_sends_every_leader_and_isr_to_a_broker_that_does_not_report() -> None:
+@pytest.mark.parametrize("enabled", [True, False])
+async def test_failover_sends_every_leader_and_isr_to_a_broker_that_does_not_report(enabled: bool) -> None:
     """A broker whose answer does not come within failover.replica.epochs.timeout.ms (its
     requests are delayed) gets every LeaderAndIsr, as Kafka sends them; so does every broker
     when the feature is off."""
-    for enabled in (True, False):
-        cluster = SimCluster(
-            brokers=3,
-            auto_leader_rebalance_enable=False,
-            failover_replica_epochs_enable=enabled,
-            failover_replica_epochs_timeout_s=0.5,
+    cluster = SimCluster(
+        brokers=3,
+        auto_leader_rebalance_enable=False,
+        failover_replica_epochs_enable=enabled,
+        failover_replica_epochs_timeout_s=0.5,
+    )
+    completed = _failovers(cluster)
+    try:
+        await cluster.start_brokers()
+        await cluster.start_controller(1)
+        await cluster.create_topic("t", {p: [1, 2, 3] for p in range(4)})
+        await cluster.until(
+            lambda: all(cluster.state_in_zookeeper(TopicPartition("t", p)) is not None for p in range(4)),
+            what="t online",
         )
-        completed = _failovers(cluster)
-        try:
-            await cluster.start_brokers()
-            await cluster.start_controller(1)
-            await cluster.create_topic("t", {p: [1, 2, 3] for p in range(4)})
-            await cluster.until(
-                lambda: all(cluster.state_in_zookeeper(TopicPartition("t", p)) is not None for p in range(4)),
-                what="t online",
-            )
-            await cluster.start_controller(2)
-            slow = cluster.brokers[2].service.DescribeReplicaEpochs
+        await cluster.start_controller(2)
+        slow = cluster.brokers[2].service.DescribeReplicaEpochs
 
-            async def answer_late(request: Any, context: Any) -> Any:
-                await asyncio.sleep(2.0)
-                return await slow(request, context)
+        async def answer_late(request: Any, context: Any) -> Any:
+            await asyncio.sleep(2.0)
+            return await slow(request, context)
 
-            cluster.brokers[2].service.DescribeReplicaEpochs = answer_late  # type: ignore[method-assign]
-            await cluster.stop_controller(1)
-            await cluster.until(lambda: len(completed) == 2, what="controller 2's failover")
-            failover = completed[-1]
-            if enabled:
-                assert failover["brokers_reported"] == [1, 3]
-                assert (failover["leader_and_isr_sent"], failover["leader_and_isr_skipped"]) == (4, 8)
-            else:
-                assert failover["brokers_reported"] == []
-                assert (failover["leader_and_isr_sent"], failover["leader_and_isr_skipped"]) == (12, 0)
-            cluster.safety()
-        finally:
-            await cluster.stop_all()
+        cluster.brokers[2].service.DescribeReplicaEpochs = answer_late  # type: ignore[method-assign]
+        await cluster.stop_controller(1)
+        await cluster.until(lambda: len(completed) == 2, what="controller 2's failover")
+        failover = completed[-1]
+        if enabled:
+            assert failover["brokers_reported"] == [1, 3]
+            assert (failover["leader_and_isr_sent"], failover["leader_and_isr_skipped"]) == (4, 8)
+        else:
+            assert failover["brokers_reported"] == []
+            assert (failover["leader_and_isr_sent"], failover["leader_and_isr_skipped"]) == (12, 0)
+        cluster.safety()
+    finally:
+        await cluster.stop_all()
