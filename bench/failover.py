@@ -171,6 +171,12 @@ async def measure(
         propagation_ms=round(total_ms - election_ms - load_ms, 1),
         total_ms=round(total_ms, 1),
         failover_completed_ms=completed_record["total_ms"],
+        # The figure: from /controller's deletion to the failover's end (the event queue
+        # free for the next event).
+        failover_complete_from_deletion_ms=round(completed_record["ts"] - t0_ms, 1),
+        replica_epochs_ms=completed_record.get("replica_epochs_ms"),
+        leader_and_isr_sent=completed_record.get("leader_and_isr_sent"),
+        leader_and_isr_skipped=completed_record.get("leader_and_isr_skipped"),
     )
     return result
 
@@ -236,9 +242,17 @@ def _alive(pid: int) -> bool:
 
 
 async def run(
-    partitions: int, brokers: int, rf: int, session_timeout_ms: int, profile_dir: str | None = None
+    partitions: int,
+    brokers: int,
+    rf: int,
+    session_timeout_ms: int,
+    profile_dir: str | None = None,
+    controller_config: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    directory, spec = await asyncio.to_thread(start_cluster, 2, brokers, session_timeout_ms)
+    overrides = controller_config or {}
+    directory, spec = await asyncio.to_thread(
+        functools.partial(start_cluster, 2, brokers, session_timeout_ms, **overrides)
+    )
     try:
         created = time.monotonic()
         await create_partitions(spec, partitions, rf)
@@ -277,6 +291,7 @@ async def run(
                 "zk_load_vs_floor": 1.3,
             },
             reference="Kafka 1.1 needed 14 s to load 100k partitions",
+            controller_config=overrides,
         )
         return result
     finally:
@@ -290,11 +305,21 @@ def main() -> None:
     parser.add_argument("--replication-factor", type=int, default=3)
     parser.add_argument("--session-timeout-ms", type=int, default=6000, help="default: cluster up's 6000")
     parser.add_argument("--out", help="also write the results (a JSON list) to this file")
+    parser.add_argument(
+        "--controller-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="controller config override, e.g. failover.replica.epochs.enable=false (Kafka's full send)",
+    )
     parser.add_argument("--profile", metavar="DIR", help="py-spy the new controller and a broker during the failover")
     args = parser.parse_args()
     results = []
     for count in args.partitions or [10000]:
-        result = uvloop.run(run(count, args.brokers, args.replication_factor, args.session_timeout_ms, args.profile))
+        config = dict(item.split("=", 1) for item in args.controller_config)
+        result = uvloop.run(
+            run(count, args.brokers, args.replication_factor, args.session_timeout_ms, args.profile, config)
+        )
         emit(result)
         results.append(result)
     if args.out:
