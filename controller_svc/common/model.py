@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from controller_svc.common.errors import CorruptZnodeError
 
@@ -14,8 +15,12 @@ LEADER_DURING_DELETE = -2
 INITIAL_CONTROLLER_EPOCH = 0
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class TopicPartition:
+class TopicPartition(NamedTuple):
+    """Immutable and ordered like a frozen dataclass, but hashed, compared and sorted by
+    CPython's tuple code: the controller keys dicts of 100k-1M entries with it, and a
+    dataclass's generated __hash__/__eq__/__lt__ run as Python code (profiled: most of the
+    failover's CPU at 100k partitions)."""
+
     topic: str
     partition: int
 
@@ -101,8 +106,9 @@ class ReplicaAssignment:
         return tuple(r for r in self.replicas if r not in self.adding)
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class PartitionAndReplica:
+class PartitionAndReplica(NamedTuple):
+    """A NamedTuple for the same reason as TopicPartition (300k of them at 100k partitions)."""
+
     tp: TopicPartition
     replica: int
 
