@@ -109,6 +109,12 @@ class Chaos:
 
     async def run(self) -> dict[str, Any]:
         s = self.settings
+        leftovers = sorted(n for n in ("logs", "history", "analysis") if (self.base / n).exists())
+        if leftovers:
+            # Logs are appended to: a previous run's records would be judged with this one's.
+            raise devcluster.ClusterError(
+                f"{self.base} holds a previous run ({', '.join(leftovers)}): give an empty or new directory"
+            )
         # Controllers can stop themselves at a named point (common/self_stop.py): how a fault is
         # made to land in the middle of an operation, provably.
         self.stops = self.base / "stops"

@@ -76,3 +76,13 @@ def test_chaos_refuses_a_directory_that_holds_a_cluster(tmp_path, capsys) -> Non
     (tmp_path / "cluster.json").write_text("{}")
     assert main(["chaos", "--dir", str(tmp_path), "--duration-s", "1"]) == 2
     assert "cluster.json exists" in capsys.readouterr().err
+
+
+def test_chaos_refuses_a_directory_that_holds_a_previous_run(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Its logs would be appended to and judged with the new run's: exit 2, nothing started."""
+    from controller_svc.cli.main import main
+
+    (tmp_path / "cluster.json.down").write_text("{}")
+    (tmp_path / "logs").mkdir()
+    assert main(["chaos", "--dir", str(tmp_path), "--duration-s", "1"]) == 2
+    assert "holds a previous run (logs)" in capsys.readouterr().err
