@@ -178,14 +178,17 @@ class ControllerContext:
 
     def preferred_replica_imbalance_count(self) -> int:
         """Partitions whose leader is not their preferred (first) replica, not being deleted."""
+        # Over the states' own keys: no TopicPartition built per partition (a gauge refreshed
+        # after every operation, at 100k-1M partitions).
         count = 0
-        for topic, parts in self.assignments.items():
-            if topic in self.topics_to_be_deleted:
+        deleting = self.topics_to_be_deleted
+        assignments = self.assignments
+        for (topic, partition), state in self.partition_states.items():
+            if topic in deleting:
                 continue
-            for partition, assignment in parts.items():
-                state = self.partition_states.get(TopicPartition(topic, partition))
-                if state is not None and assignment.replicas and state.leader != assignment.replicas[0]:
-                    count += 1
+            assignment = assignments.get(topic, {}).get(partition)
+            if assignment is not None and assignment.replicas and state.leader != assignment.replicas[0]:
+                count += 1
         return count
 
     def reset(self) -> None:
