@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import grpc
 
 from controller_svc.common import metrics
+from controller_svc.common.errors import ErrorCode
 from controller_svc.common.model import BrokerInfo
 from controller_svc.common.self_stop import BEFORE_SEND, SelfStop
 from controller_svc.common.state_change_log import StateChangeLog
@@ -111,6 +112,10 @@ class QueueItem:
     request: Any
     callback: ResponseCallback | None
     enqueued_at: float
+    # A question rather than a command (DescribeReplicaEpochs): one attempt with this deadline,
+    # then the queue moves on whatever the outcome (None: resent until it succeeds, as Kafka's
+    # RequestSendThread does). Its callback gets None when the attempt failed.
+    single_attempt_timeout_s: float | None = None
 
 
 class RequestSender:
@@ -181,17 +186,39 @@ class RequestSender:
             # Fault injection: a zombie stops here with the request in hand; resumed, it sends it.
             self._self_stop.stop_if_armed(BEFORE_SEND, broker=broker_id, api=item.api.value)
         attempts = 0
+        single = item.single_attempt_timeout_s
         while True:
             attempts += 1
             started = time.monotonic()
             try:
-                response = await self.client.send(item.api, item.request, self._timeout_s)
+                response = await self.client.send(item.api, item.request, single or self._timeout_s)
                 break
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # transport failure or timeout: back off and resend
                 error = _describe_transport_error(e)
                 metrics.REQUEST_ERRORS.labels(self._label, item.api.value, error).inc()
+                if single is not None:
+                    # An old broker without the RPC (UNIMPLEMENTED), a dead or slow one: the
+                    # asker does without the answer; what follows in the queue must not wait.
+                    log.warning("%s to broker %d failed (%s); not resent", item.api.value, broker_id, error)
+                    self._state_log.record(
+                        "request.completed",
+                        broker=broker_id,
+                        api=item.api.value,
+                        correlation_id=correlation_id,
+                        partitions=partitions,
+                        controller_epoch=self._controller_epoch,
+                        queue_ms=round(queue_ms, 3),
+                        rtt_ms=round((time.monotonic() - started) * 1000.0, 3),
+                        error=int(
+                            ErrorCode.REQUEST_TIMED_OUT if error == "TIMEOUT" else ErrorCode.UNKNOWN_SERVER_ERROR
+                        ),
+                        attempts=attempts,
+                    )
+                    if item.callback is not None:
+                        item.callback(broker_id, item.api, None)
+                    return
                 if attempts == 1 or attempts % 50 == 0:
                     log.warning(
                         "%s to broker %d (correlation %d) failed (%s); resending every %.0f ms",
@@ -345,12 +372,19 @@ class ChannelManager:
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
-    def send(self, broker_id: int, api: str, request: Any, callback: ResponseCallback | None = None) -> bool:
+    def send(
+        self,
+        broker_id: int,
+        api: str,
+        request: Any,
+        callback: ResponseCallback | None = None,
+        single_attempt_timeout_s: float | None = None,
+    ) -> bool:
         sender = self._senders.get(broker_id)
         if sender is None:
             log.warning("not sending %s to broker %d: no channel (broker not live)", api, broker_id)
             return False
-        sender.enqueue(QueueItem(ApiKind(api), request, callback, time.monotonic()))
+        sender.enqueue(QueueItem(ApiKind(api), request, callback, time.monotonic(), single_attempt_timeout_s))
         return True
 
     async def close(self) -> None:

@@ -238,7 +238,13 @@ class TermOfOffice:
             request = broker_pb2.DescribeReplicaEpochsRequest(
                 controller_id=self.id, controller_epoch=self.ctx.epoch, broker_epoch=self.ctx.broker_epoch(broker_id)
             )
-            if self.channels.send(broker_id, ApiKind.DESCRIBE_REPLICA_EPOCHS.value, request, _resolve(answer)):
+            if self.channels.send(
+                broker_id,
+                ApiKind.DESCRIBE_REPLICA_EPOCHS.value,
+                request,
+                _resolve(answer),
+                single_attempt_timeout_s=self.settings.failover_replica_epochs_timeout_s,
+            ):
                 answers[broker_id] = answer
         if answers:
             await asyncio.wait(answers.values(), timeout=self.settings.failover_replica_epochs_timeout_s)
@@ -252,6 +258,8 @@ class TermOfOffice:
                 )
                 continue
             response = answer.result()
+            if response is None:
+                continue  # the one attempt failed (logged by the sender)
             if response.error_code:
                 log.warning(
                     "broker %d refused to report its replica epochs (error %d): it gets every LeaderAndIsr",

@@ -452,3 +452,40 @@ async def test_failover_sends_every_leader_and_isr_to_a_broker_that_does_not_rep
         cluster.safety()
     finally:
         await cluster.stop_all()
+
+
+async def test_a_broker_without_the_question_still_gets_its_requests_at_failover() -> None:
+    """A broker that cannot answer DescribeReplicaEpochs (an older version: UNIMPLEMENTED)
+    must not hold up its queue: the question gets one attempt, then the broker gets the
+    UpdateMetadata and every LeaderAndIsr behind it (a retried question would block them for
+    ever)."""
+    cluster = SimCluster(brokers=3, auto_leader_rebalance_enable=False)
+    completed = _failovers(cluster)
+    try:
+        await cluster.start_brokers()
+        await cluster.start_controller(1)
+        await cluster.create_topic("t", {p: [1, 2, 3] for p in range(4)})
+        tps = [TopicPartition("t", p) for p in range(4)]
+        await cluster.until(lambda: all(cluster.state_in_zookeeper(tp) is not None for tp in tps), what="t online")
+        await cluster.start_controller(2)
+
+        async def unimplemented(request: Any, context: Any) -> Any:
+            raise NotImplementedError("DescribeReplicaEpochs: UNIMPLEMENTED")
+
+        cluster.brokers[2].service.DescribeReplicaEpochs = unimplemented  # type: ignore[method-assign]
+        await cluster.stop_controller(1)
+        await cluster.until(lambda: len(completed) == 2, what="controller 2's failover")
+        failover = completed[-1]
+        assert failover["brokers_reported"] == [1, 3]
+        assert (failover["leader_and_isr_sent"], failover["leader_and_isr_skipped"]) == (4, 8)
+        epoch = cluster.zk_epoch()
+        await cluster.until(
+            lambda: (
+                cluster.brokers[2].state.controller_epoch == epoch
+                and cluster.brokers[2].state.update_metadata_count >= 2
+            ),
+            what="broker 2 on the new controller's epoch and metadata",
+        )
+        cluster.safety()
+    finally:
+        await cluster.stop_all()
