@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import functools
 import os
+import pathlib
 import signal
 import time
 from typing import Any
@@ -229,6 +230,36 @@ async def long_operation(
     }
 
 
+def _rss_bytes(pid: int) -> int | None:
+    try:
+        for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ValueError, IndexError):
+        return None
+    return None
+
+
+async def resident_memory(spec: dict[str, Any], partitions: int, rf: int) -> dict[str, Any]:
+    """Resident memory after the failover: the active controller (every partition's state,
+    assignment and replica states) and each broker (its replicas' roles and a metadata cache of
+    every partition), in bytes per partition of the cluster."""
+    controller_id, _epoch = await read_controller(spec["zookeeper"])
+    active = next(c for c in spec["controllers"] if c["id"] == controller_id)
+    controller_rss = _rss_bytes(active["pid"])
+    brokers = [r for r in (_rss_bytes(b["pid"]) for b in spec["brokers"]) if r is not None]
+    result: dict[str, Any] = {}
+    if controller_rss is not None:
+        result["controller_rss_mb"] = round(controller_rss / 2**20, 1)
+        result["controller_bytes_per_partition"] = round(controller_rss / partitions)
+    if brokers:
+        broker_rss = max(brokers)
+        result["broker_rss_mb_max"] = round(broker_rss / 2**20, 1)
+        result["broker_bytes_per_partition"] = round(broker_rss / partitions)
+        result["broker_replicas_each"] = partitions * rf // len(spec["brokers"])
+    return result
+
+
 def _alive(pid: int) -> bool:
     try:
         finished, _ = os.waitpid(pid, os.WNOHANG)
@@ -265,6 +296,7 @@ async def run(
         finally:
             await asyncio.to_thread(profiler.stop)
         if result["completed"]:
+            result.update(await resident_memory(spec, partitions, rf))
             led = await led_partitions(spec)
             victim_id = max(led, key=lambda b: led[b])
             victim = next(b for b in spec["brokers"] if b["id"] == victim_id)
