@@ -857,6 +857,7 @@ class Chaos:
         serving = {b["id"]: b for b in self.spec["brokers"] if self._serving(b) and b["id"] in registered}
         described = await asyncio.gather(*(devcluster.describe_broker(b["grpc"], 2.0) for b in serving.values()))
         roles: dict[int, dict[tuple[str, int], Any]] = {}
+        failed: dict[int, set[tuple[str, int]]] = {}  # replicas on a failed log dir
         for broker_id, d in zip(serving, described, strict=True):
             if d is None:
                 return f"broker {broker_id} does not answer"
@@ -864,14 +865,21 @@ class Chaos:
                 return f"broker {broker_id} is on controller epoch {d.controller_epoch}, not {epoch}"
             offline = set(d.offline_log_dirs)
             roles[broker_id] = {(r.topic, r.partition): r for r in d.roles if r.log_dir not in offline}
+            failed[broker_id] = {(r.topic, r.partition) for r in d.roles if r.log_dir in offline}
         keys = [(topic, p) for topic, count in sorted(topics.items()) for p in range(count)]
         states = await zk.get_many([paths.partition_state_path(t, p) for t, p in keys])
-        for (topic, partition), state_got in zip(keys, states, strict=True):
+        for key, state_got in zip(keys, states, strict=True):
+            topic, partition = key
             if state_got is None:
                 return f"{topic}-{partition} has no state"
             state = codecs.decode_partition_state("state", state_got[0], state_got[1].version)
-            role = roles.get(state.leader, {}).get((topic, partition))
-            if role is None or role.role != "leader" or role.leader_epoch != state.leader_epoch:
+            role = roles.get(state.leader, {}).get(key)
+            if role is not None and role.role == "leader" and role.leader_epoch == state.leader_epoch:
+                continue
+            # Without unclean elections only an in-sync replica may lead: a partition whose ISR
+            # is entirely on processes a fault still holds down (dead, paused, or a failed log
+            # dir, which last until the heal) waits for one of them, not for the controller.
+            if any(r in serving and key not in failed[r] for r in state.isr):
                 return f"{topic}-{partition} has no serving leader (ZooKeeper names {state.leader})"
         return ""
 

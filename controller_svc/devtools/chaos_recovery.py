@@ -3,9 +3,11 @@
 Faults overlap in a storm, so a fault's recovery time is measured to the first moment after it
 at which the cluster, seen from outside, was *serviceable* again: a live controller holds
 `/controller`, every live registered broker is on its epoch, and every partition of every
-topic expected to exist is led by a live broker that knows it leads at ZooKeeper's leader
-epoch. A later fault that lands before that moment extends the earlier fault's recovery; the
-figure is honest about what an operator would have seen, not an attribution of blame.
+topic expected to exist that has a live in-sync replica is led by a live broker that knows it
+leads at ZooKeeper's leader epoch (one whose whole ISR a fault still holds down waits for that
+replica: without unclean elections nothing else may lead it). A later fault that lands before
+that moment extends the earlier fault's recovery; the figure is honest about what an operator
+would have seen, not an attribution of blame.
 
 The probe that decides "serviceable" lives in the campaign (it needs the processes); this
 module only keeps the bookkeeping, so it can be tested without a cluster.
