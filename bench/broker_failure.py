@@ -28,7 +28,7 @@ from typing import Any
 
 import uvloop
 
-from bench.common import create_partitions, emit, records, start_cluster, stop_cluster, wait_all_led
+from bench.common import create_partitions, emit, records, save, start_cluster, stop_cluster, wait_all_led
 from controller_svc.adapters.admin_client import AdminClient
 from controller_svc.adapters.zk import paths
 from controller_svc.adapters.zk.client import SetDataOp, WatchKind, ZkClient
@@ -144,9 +144,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partitions", type=int, default=10000)
     parser.add_argument("--brokers", type=int, default=5)
+    parser.add_argument("--out", help="also write the result (a JSON list) to this file")
     parser.add_argument("--replication-factor", type=int, default=3)
     args = parser.parse_args()
-    emit(uvloop.run(run(args.partitions, args.brokers, args.replication_factor)))
+    result = uvloop.run(run(args.partitions, args.brokers, args.replication_factor))
+    emit(result)
+    if args.out:
+        save(args.out, [result])
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from typing import Any
 import uvloop
 
 from bench.broker_failure import floor_writes_ms
-from bench.common import LogTail, emit, start_cluster, stop_cluster, wait_all_led
+from bench.common import LogTail, emit, save, start_cluster, stop_cluster, wait_all_led
 from controller_svc.adapters.admin_client import AdminClient
 from controller_svc.adapters.zk import paths
 from controller_svc.devtools.zookeeper_launcher import pid_alive
@@ -98,8 +98,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partitions", type=int, default=10000)
     parser.add_argument("--brokers", type=int, default=5)
+    parser.add_argument("--out", help="also write the result (a JSON list) to this file")
     args = parser.parse_args()
-    emit(uvloop.run(run(args.partitions, args.brokers)))
+    result = uvloop.run(run(args.partitions, args.brokers))
+    emit(result)
+    if args.out:
+        save(args.out, [result])
 
 
 if __name__ == "__main__":
