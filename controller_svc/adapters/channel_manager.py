@@ -187,11 +187,15 @@ class RequestSender:
             self._self_stop.stop_if_armed(BEFORE_SEND, broker=broker_id, api=item.api.value)
         attempts = 0
         single = item.single_attempt_timeout_s
+        response: Any = None  # stays None when a single attempt failed
         while True:
             attempts += 1
             started = time.monotonic()
             try:
                 response = await self.client.send(item.api, item.request, single or self._timeout_s)
+                error_code = int(getattr(response, "error_code", 0))
+                if error_code:
+                    metrics.REQUEST_ERRORS.labels(self._label, item.api.value, str(error_code)).inc()
                 break
             except asyncio.CancelledError:
                 raise
@@ -202,23 +206,9 @@ class RequestSender:
                     # An old broker without the RPC (UNIMPLEMENTED), a dead or slow one: the
                     # asker does without the answer; what follows in the queue must not wait.
                     log.warning("%s to broker %d failed (%s); not resent", item.api.value, broker_id, error)
-                    self._state_log.record(
-                        "request.completed",
-                        broker=broker_id,
-                        api=item.api.value,
-                        correlation_id=correlation_id,
-                        partitions=partitions,
-                        controller_epoch=self._controller_epoch,
-                        queue_ms=round(queue_ms, 3),
-                        rtt_ms=round((time.monotonic() - started) * 1000.0, 3),
-                        error=int(
-                            ErrorCode.REQUEST_TIMED_OUT if error == "TIMEOUT" else ErrorCode.UNKNOWN_SERVER_ERROR
-                        ),
-                        attempts=attempts,
-                    )
-                    if item.callback is not None:
-                        item.callback(broker_id, item.api, None)
-                    return
+                    timed_out = error == "TIMEOUT"
+                    error_code = int(ErrorCode.REQUEST_TIMED_OUT if timed_out else ErrorCode.UNKNOWN_SERVER_ERROR)
+                    break
                 if attempts == 1 or attempts % 50 == 0:
                     log.warning(
                         "%s to broker %d (correlation %d) failed (%s); resending every %.0f ms",
@@ -229,10 +219,6 @@ class RequestSender:
                         self._backoff_s * 1000,
                     )
                 await asyncio.sleep(self._backoff_s)
-        rtt_ms = (time.monotonic() - started) * 1000.0
-        error_code = int(getattr(response, "error_code", 0))
-        if error_code:
-            metrics.REQUEST_ERRORS.labels(self._label, item.api.value, str(error_code)).inc()
         self._state_log.record(
             "request.completed",
             broker=broker_id,
@@ -241,7 +227,7 @@ class RequestSender:
             partitions=partitions,
             controller_epoch=self._controller_epoch,
             queue_ms=round(queue_ms, 3),
-            rtt_ms=round(rtt_ms, 3),
+            rtt_ms=round((time.monotonic() - started) * 1000.0, 3),
             error=error_code,
             attempts=attempts,
         )

@@ -371,6 +371,16 @@ def _failovers(cluster: SimCluster) -> list[dict[str, Any]]:
     return completed
 
 
+async def _topic_t_online(cluster: SimCluster, partitions: int) -> list[TopicPartition]:
+    """Brokers 1-3 and controller 1 running, topic t (every partition on 1, 2, 3) online."""
+    await cluster.start_brokers()
+    await cluster.start_controller(1)
+    await cluster.create_topic("t", {p: [1, 2, 3] for p in range(partitions)})
+    tps = [TopicPartition("t", p) for p in range(partitions)]
+    await cluster.until(lambda: all(cluster.state_in_zookeeper(tp) is not None for tp in tps), what="t online")
+    return tps
+
+
 async def test_failover_sends_only_the_leader_and_isr_brokers_lack_and_repairs_what_they_missed() -> None:
     """Failover with DescribeReplicaEpochs (core/replica_epochs.py): a broker that missed the
     previous controller's LeaderAndIsr (one replica an epoch behind, one never received) gets
@@ -378,10 +388,7 @@ async def test_failover_sends_only_the_leader_and_isr_brokers_lack_and_repairs_w
     cluster = SimCluster(brokers=3, auto_leader_rebalance_enable=False)
     completed = _failovers(cluster)
     try:
-        await cluster.start_brokers()
-        await cluster.start_controller(1)
-        await cluster.create_topic("t", {p: [1, 2, 3] for p in range(6)})
-        tps = [TopicPartition("t", p) for p in range(6)]
+        tps = await _topic_t_online(cluster, 6)
 
         def all_applied() -> bool:
             return all(
@@ -425,13 +432,7 @@ async def test_failover_sends_every_leader_and_isr_to_a_broker_that_does_not_rep
     )
     completed = _failovers(cluster)
     try:
-        await cluster.start_brokers()
-        await cluster.start_controller(1)
-        await cluster.create_topic("t", {p: [1, 2, 3] for p in range(4)})
-        await cluster.until(
-            lambda: all(cluster.state_in_zookeeper(TopicPartition("t", p)) is not None for p in range(4)),
-            what="t online",
-        )
+        await _topic_t_online(cluster, 4)
         await cluster.start_controller(2)
         slow = cluster.brokers[2].service.DescribeReplicaEpochs
 
@@ -462,11 +463,7 @@ async def test_a_broker_without_the_question_still_gets_its_requests_at_failover
     cluster = SimCluster(brokers=3, auto_leader_rebalance_enable=False)
     completed = _failovers(cluster)
     try:
-        await cluster.start_brokers()
-        await cluster.start_controller(1)
-        await cluster.create_topic("t", {p: [1, 2, 3] for p in range(4)})
-        tps = [TopicPartition("t", p) for p in range(4)]
-        await cluster.until(lambda: all(cluster.state_in_zookeeper(tp) is not None for tp in tps), what="t online")
+        await _topic_t_online(cluster, 4)
         await cluster.start_controller(2)
 
         async def unimplemented(request: Any, context: Any) -> Any:
