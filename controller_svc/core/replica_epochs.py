@@ -46,11 +46,6 @@ def already_held(reported: ReplicaEpochs, broker_id: int, topic: str, partition:
     return held is not None and held_in_topic(held.get(topic), partition, leader_epoch)
 
 
-def topic_reports(reported: ReplicaEpochs, topic: str) -> dict[int, Mapping[int, int] | None]:
-    """Each reporting broker's epochs for one topic (hoisted out of a per-partition loop)."""
-    return {broker_id: held.get(topic) for broker_id, held in reported.items()}
-
-
 def held_in_topic(held: Mapping[int, int] | None, partition: int, leader_epoch: int) -> bool:
     """`already_held` for one broker's epochs of the partition's topic."""
     if held is None:
