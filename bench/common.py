@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -53,6 +54,8 @@ class Profiler:
         venv_spy = pathlib.Path(sys.executable).with_name("py-spy")
         if venv_spy.exists():
             command[0] = str(venv_spy)
+        elif shutil.which("py-spy") is None:
+            raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
         self._running.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
     def stop(self) -> None:
