@@ -157,6 +157,20 @@ CONTROLLER_KEYS: tuple[Key, ...] = (
         _positive,
     ),
     Key(
+        "controller.standby.warm.enable",
+        bool,
+        True,
+        "While standing by, keep the topics, partition states and topic configs current (ZooKeeper 3.6+ "
+        "persistent watches) and take them over at failover after verifying them (false: load cold)",
+    ),
+    Key(
+        "controller.standby.refresh.interval.ms",
+        int,
+        100,
+        "How long a standby gathers changes before re-reading the znodes they touched",
+        _positive,
+    ),
+    Key(
         "controller.election.retry.ms",
         int,
         2000,

@@ -94,6 +94,10 @@ class ZkUnavailableError(ControllerError):
     retriable = True
 
 
+class ZkUnimplementedError(ControllerError):
+    """The ZooKeeper server does not have the operation (e.g. addWatch before 3.6)."""
+
+
 class ZkNotAuthorizedError(ControllerError):
     """ZooKeeper refused the request (NoAuth, AuthFailed, InvalidACL): our digest credentials
     do not grant it. Not retriable: the credentials or the znode's ACL must change."""

@@ -123,6 +123,15 @@ REASSIGNING_PARTITIONS = Gauge(
 
 # Gauges of the active controller: Kafka's read 0 on any other controller (`if (!isActive) 0`),
 # so sums across controllers (OfflinePartitionsCount on a dashboard) count each partition once.
+STANDBY_READY = Gauge(
+    "kcontroller_standby_ready", "1 while this standby controller holds a complete copy of the metadata (warm)"
+)
+STANDBY_RELOADS = Counter("kcontroller_standby_reloads_total", "Complete reads of the standby copy")
+STANDBY_ZNODES_READ = Counter("kcontroller_standby_znodes_read_total", "Znodes the standby copy read")
+STANDBY_ERRORS = Counter("kcontroller_standby_errors_total", "Times the standby copy was dropped after an error")
+FAILOVER_LOADS = Counter(
+    "kcontroller_failover_loads_total", "Failover metadata loads, by mode (warm: from the standby copy)", ["mode"]
+)
 ACTIVE_ONLY_GAUGES = (
     ACTIVE_CONTROLLER_COUNT,
     CONTROLLER_EPOCH,

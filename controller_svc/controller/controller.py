@@ -18,6 +18,7 @@ from controller_svc.adapters.channel_manager import ClientFactory, grpc_client_f
 from controller_svc.adapters.zk import paths
 from controller_svc.adapters.zk.client import WatchKind, ZkClient
 from controller_svc.adapters.zk.partition_store import ZkPartitionStateStore
+from controller_svc.adapters.zk.standby import StandbyMetadata
 from controller_svc.adapters.zk.store import ControllerZkStore
 from controller_svc.common import logging_setup, metrics
 from controller_svc.common.errors import (
@@ -74,6 +75,10 @@ class Controller:
         self.vacancy_seen_ms: int | None = None
         self._retry_task: asyncio.Task[None] | None = None
         self._endpoint_task: asyncio.Task[None] | None = None
+        # The metadata copy kept while standing by, taken over at failover (None: load cold).
+        self.standby = (
+            StandbyMetadata(zk, settings.standby_refresh_interval_s, self.id) if settings.standby_warm_enable else None
+        )
         # Called when this controller becomes active / resigns (e.g. gRPC health status).
         self.on_role_change: Callable[[bool], None] | None = None
 
@@ -112,6 +117,8 @@ class Controller:
     def start(self) -> ev.QueuedEvent:
         self.wire_zk_callbacks()
         self.events.start()
+        if self.standby is not None:
+            self.standby.follow()
         return self.events.put(ev.Startup())
 
     async def shutdown(self) -> None:
@@ -120,6 +127,8 @@ class Controller:
         await cancel_and_wait(self._retry_task, self._endpoint_task)
         if self.is_active:
             await self._on_resignation("shutdown")
+        if self.standby is not None:
+            await self.standby.close()
 
     async def describe(self, include_partitions: bool = False, topics: tuple[str, ...] = ()) -> ClusterDescription:
         reply: asyncio.Future[ClusterDescription] = asyncio.get_running_loop().create_future()
@@ -324,6 +333,7 @@ class Controller:
             self._client_factory,
             self.events.put,
             self.self_stop,
+            self.standby,
         )
         if self.on_role_change is not None:
             self.on_role_change(True)
@@ -340,14 +350,18 @@ class Controller:
             brokers_reported=list(timings.brokers_reported),
             leader_and_isr_sent=timings.leader_and_isr_sent,
             leader_and_isr_skipped=timings.leader_and_isr_skipped,
+            load_mode=timings.load_mode,
+            warm_reread=timings.warm_reread,
+            cold_reason=timings.cold_reason or None,
         )
         log.info(
-            "controller %d is active: epoch %d, %d live brokers, %d topics, %d partitions (loaded in %.0f ms)",
+            "controller %d is active: epoch %d, %d live brokers, %d topics, %d partitions (loaded %s in %.0f ms)",
             self.id,
             epoch,
             len(timings.live_brokers),
             len(self.context.assignments),
             self.context.partition_count,
+            timings.load_mode,
             timings.load_ms,
         )
 
@@ -360,6 +374,8 @@ class Controller:
         if term is not None:
             await term.close()
         self.context.reset()
+        if self.standby is not None:
+            self.standby.follow()
         metrics.reset_active_controller_gauges()
         metrics.RESIGNATIONS.inc()
         self.state_log.record("controller.resigned", controller_id=self.id, controller_epoch=epoch, reason=reason)

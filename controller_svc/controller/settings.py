@@ -25,6 +25,10 @@ class ControllerSettings:
     # timeout gets every LeaderAndIsr, as Kafka sends them.
     failover_replica_epochs_enable: bool = True
     failover_replica_epochs_timeout_s: float = 3.0
+    # While not active, keep a copy of topics, partition states and topic configs current and
+    # take it over at failover after verifying it (adapters/zk/standby.py); off: load cold.
+    standby_warm_enable: bool = True
+    standby_refresh_interval_s: float = 0.1
     # Fault injection: hold the event loop this long after the failover's load (0: off).
     debug_failover_hold_loop_s: float = 0.0
     # Fault injection: the directory of arm files for stopping this process at a named point

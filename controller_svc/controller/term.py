@@ -18,6 +18,7 @@ from typing import Any, TypeVar, assert_never
 from controller_svc.adapters.channel_manager import ApiKind, ChannelManager, ClientFactory
 from controller_svc.adapters.zk import paths
 from controller_svc.adapters.zk.client import CreateOp, WatchKind
+from controller_svc.adapters.zk.standby import StandbyMetadata
 from controller_svc.common import metrics
 from controller_svc.common.errors import ErrorCode, ZkNodeExistsError
 from controller_svc.common.model import TopicPartition
@@ -66,6 +67,11 @@ class FailoverTimings:
     leader_and_isr_skipped: int = 0
     brokers_reported: tuple[int, ...] = ()
     replica_epochs_ms: float = 0.0
+    # "warm": from the standby copy (warm_reread znodes re-read to verify it); "cold": read
+    # from ZooKeeper, for cold_reason.
+    load_mode: str = "cold"
+    warm_reread: int = 0
+    cold_reason: str = ""
 
 
 class TermOfOffice:
@@ -79,8 +85,10 @@ class TermOfOffice:
         client_factory: ClientFactory,
         put: Callable[[ev.ControllerEvent], object],
         self_stop: SelfStop | None = None,
+        standby: StandbyMetadata | None = None,
     ) -> None:
         self._self_stop = self_stop
+        self._standby = standby
         self.settings = settings
         self.id = settings.controller_id
         self.ctx = ctx
@@ -168,7 +176,10 @@ class TermOfOffice:
         self.ctx.live_brokers = dict(brokers)
         self.ctx.known_broker_ids.update(brokers)
         self._watch_broker_data(set(brokers))
-        await self.store.load_all(self.ctx)
+        warm = await self._standby.take(self.ctx) if self._standby is not None else "disabled"
+        if isinstance(warm, str):
+            metrics.FAILOVER_LOADS.labels("cold").inc()
+            await self.store.load_all(self.ctx)
         loaded = time.monotonic()
         if self.settings.debug_failover_hold_loop_s > 0:
             hold_event_loop(self.settings.debug_failover_hold_loop_s)
@@ -224,6 +235,9 @@ class TermOfOffice:
             leader_and_isr_skipped=skipped,
             brokers_reported=tuple(sorted(reported or ())),
             replica_epochs_ms=round(replica_epochs_ms, 3),
+            load_mode="cold" if isinstance(warm, str) else "warm",
+            warm_reread=0 if isinstance(warm, str) else warm.reread,
+            cold_reason=warm if isinstance(warm, str) else "",
         )
 
     async def _replica_epochs(self, broker_ids: set[int]) -> ReplicaEpochs:

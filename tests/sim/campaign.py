@@ -546,6 +546,7 @@ def run_seed(seed: int, steps: int = 25) -> Outcome:
     try:
         loop.run_until_complete(main())
         outcome.landed.update(campaign.cluster.model.landed)
+        outcome.landed["warm_takeover_checked"] += campaign.cluster.warm_takeovers_checked
         if campaign.strays:
             outcome.landed["stray_replica_left_after_a_move"] += len(campaign.strays)
     except AssertionError as e:

@@ -18,12 +18,14 @@ from broker_stub.registration import BrokerRegistration
 from broker_stub.server import BrokerControlService
 from broker_stub.state import BrokerState
 from controller_svc.adapters.channel_manager import ApiKind
-from controller_svc.adapters.zk import codecs, paths
+from controller_svc.adapters.zk import codecs, loads, paths
+from controller_svc.adapters.zk.standby import WarmLoad
 from controller_svc.common.errors import ErrorCode
 from controller_svc.common.model import BrokerInfo, EndPoint, TopicPartition
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.common.tasks import cancel_and_wait, spawn
 from controller_svc.controller.controller import Controller, ControllerSettings
+from controller_svc.core.context import ControllerContext
 from tests.sim.zk_model import SimZkClient, ZooKeeperModel
 
 
@@ -144,6 +146,9 @@ class SimCluster:
         # Virtual seconds before each request reaches a broker and before its reply returns
         # (None: at once); per broker the sender still sends one request at a time, in order.
         self.delivery_delay: Callable[[], float] | None = None
+        # Every warm takeover is compared with what a cold load would have read at that moment.
+        self.warm_takeovers_checked = 0
+        self.warm_mismatches: list[str] = []
 
     def controllers_session(self, session: int) -> int | None:
         """The controller a session belongs (or belonged) to, None for brokers and tools."""
@@ -183,12 +188,85 @@ class SimCluster:
             ObservedStateChangeLog(f"controller-{controller_id}", self._observe),
             client_factory=lambda info: InProcessBrokerClient(self, info.broker_id, zk),
         )
+        self._check_warm_takeovers(controller)
         zk.set_session_callbacks(controller.on_session_lost, controller.on_new_session)
         zk.on_session = lambda session: self.controller_sessions.__setitem__(session, controller_id)
         self.controller_sessions[zk.session_id] = controller_id
         self.controllers[controller_id] = controller
         await controller.start().processed
         return controller
+
+    def _check_warm_takeovers(self, controller: Controller) -> None:
+        """Wrap the standby's takeover: the context it fills must hold, for every znode not
+        changed since the election, what ZooKeeper holds (the model is read synchronously right
+        after the takeover, so nothing runs in between); a znode changed after the election may
+        hold either value (the term's watches and notifications cover it, as after a cold load)."""
+        standby = controller.standby
+        if standby is None:
+            return
+        take = standby.take
+
+        async def checked_take(ctx: ControllerContext) -> WarmLoad | str:
+            election_zxid = self.model.nodes[paths.CONTROLLER_EPOCH].mzxid
+            result = await take(ctx)
+            if isinstance(result, WarmLoad):
+                self.warm_takeovers_checked += 1
+                problem = self.differs_from_zookeeper(ctx, election_zxid)
+                if problem:
+                    self.warm_mismatches.append(f"controller {controller.id}'s warm takeover: {problem}")
+            return result
+
+        standby.take = checked_take  # type: ignore[method-assign]
+
+    def differs_from_zookeeper(self, ctx: ControllerContext, since_zxid: int | None = None) -> str:
+        """What of the context's topics, configs and partition states differs from a cold load
+        of the model now ("" if nothing); with `since_zxid`, znodes (and lists of children)
+        changed after it are not compared."""
+        nodes = self.model.nodes
+        horizon = since_zxid if since_zxid is not None else self.model.zxid
+
+        def settled(path: str) -> bool:
+            node = nodes.get(path)
+            return node is None or node.mzxid <= horizon
+
+        def children_settled(path: str) -> bool:
+            node = nodes.get(path)
+            return node is None or node.pzxid <= horizon
+
+        bad: dict[str, int] = {}
+        topics: dict[str, loads.LoadedTopic] = {}
+        for name in sorted(nodes[paths.BROKER_TOPICS].children):
+            node = nodes[paths.topic_path(name)]
+            loaded = loads.decode_topic_read(name, (node.data, node.stat()), bad)
+            if loaded is not None:
+                topics[name] = loaded
+        for name in set(topics) | set(ctx.assignments):
+            if not settled(paths.topic_path(name)) or (
+                (name in topics) != (name in ctx.assignments) and not children_settled(paths.BROKER_TOPICS)
+            ):
+                continue
+            expected = dict(topics[name].assignments) if name in topics else None
+            if ctx.assignments.get(name) != expected:
+                return f"assignment of {name} {ctx.assignments.get(name)} != ZooKeeper's {expected}"
+            expected_id = topics[name].topic_id if name in topics else None
+            if ctx.topic_ids.get(name) != expected_id:
+                return f"topic id of {name} {ctx.topic_ids.get(name)} != ZooKeeper's {expected_id}"
+            config_path = f"{paths.CONFIG_TOPICS}/{name}"
+            node = nodes.get(config_path)
+            config = loads.decode_config_read(name, (node.data, node.stat())) if node is not None else None
+            if expected is not None and settled(config_path) and children_settled(paths.CONFIG_TOPICS):
+                if ctx.topic_configs.get(name) != config:
+                    return f"config of {name} {ctx.topic_configs.get(name)} != ZooKeeper's {config}"
+        for tp in ctx.all_partitions():
+            path = paths.partition_state_path(tp.topic, tp.partition)
+            if not settled(path) or not children_settled(paths.partition_path(tp.topic, tp.partition)):
+                continue
+            node = nodes.get(path)
+            state = loads.decode_state_read(tp, path, (node.data, node.stat())) if node is not None else None
+            if ctx.partition_states.get(tp) != state:
+                return f"state of {tp} {ctx.partition_states.get(tp)} != ZooKeeper's {state}"
+        extra = set(ctx.partition_states) - set(ctx.all_partitions())
+        return f"states of partitions no topic has: {sorted(extra)}" if extra else ""
 
     async def kill_controller(self, controller_id: int) -> None:
         """kill -9: it stops acting at once; ZooKeeper expires its session a session timeout
@@ -261,6 +339,7 @@ class SimCluster:
         """Invariants that hold at every moment: one active controller at most; for every
         partition in ZooKeeper, a leader is in the ISR and the ISR within the replicas."""
         self.active()
+        assert not self.warm_mismatches, self.warm_mismatches[0]
         epochs = [c.context.epoch for c in self.controllers.values() if c.is_active]
         assert len(epochs) == len(set(epochs)), f"two active controllers with one epoch: {epochs}"
         for path, node in self.model.nodes.items():

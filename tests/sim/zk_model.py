@@ -30,6 +30,7 @@ from controller_svc.adapters.zk.client import (
     DeleteOp,
     OpResult,
     SetDataOp,
+    TreeWatchArming,
     WatchCallback,
     WatchKind,
     ZkOp,
@@ -87,6 +88,8 @@ class ZooKeeperModel:
         self.data_watches: dict[str, set[int]] = {}
         self.exist_watches: dict[str, set[int]] = {}
         self.child_watches: dict[str, set[int]] = {}
+        # Persistent recursive watches (addWatch, 3.6+): path -> sessions; never consumed.
+        self.tree_watches: dict[str, set[int]] = {}
         self.listeners: dict[int, Callable[[WatchKind, str], None]] = {}
         # Called after every committed multi (session, ops), before its watches fire: the
         # campaign's checks of what may commit (e.g. no controller write without the epoch fence).
@@ -111,7 +114,7 @@ class ZooKeeperModel:
             return
         self.live_sessions.discard(session)
         self.listeners.pop(session, None)
-        for watches in (self.data_watches, self.exist_watches, self.child_watches):
+        for watches in (self.data_watches, self.exist_watches, self.child_watches, self.tree_watches):
             for sessions in watches.values():
                 sessions.discard(session)
         owned = sorted((p for p, n in self.nodes.items() if n.ephemeral_owner == session), reverse=True)
@@ -153,6 +156,24 @@ class ZooKeeperModel:
         if watch:
             self.child_watches.setdefault(path, set()).add(session)
         return sorted(node.children)
+
+    def add_tree_watch(self, session: int, path: str) -> None:
+        """addWatch(path, PERSISTENT_RECURSIVE): created, deleted and data-changed events of
+        `path` and every descendant, until the session ends (never children-changed)."""
+        self._require(session)
+        self.tree_watches.setdefault(path, set()).add(session)
+
+    def _fire_tree(self, path: str, kind: WatchKind) -> list[WatchEvent]:
+        if not self.tree_watches:
+            return []
+        sessions: set[int] = set()
+        ancestor = path
+        while True:
+            sessions |= self.tree_watches.get(ancestor, set())
+            if ancestor == "/":
+                break
+            ancestor = _parent(ancestor)
+        return [(s, kind, path) for s in sorted(sessions)]
 
     # --- writes ---------------------------------------------------------------------------------
 
@@ -204,6 +225,7 @@ class ZooKeeperModel:
             parent.pzxid = zxid
             events += self._fire(self.exist_watches, path, WatchKind.CREATED)
             events += self._fire(self.data_watches, path, WatchKind.CREATED)
+            events += self._fire_tree(path, WatchKind.CREATED)
             events += self._fire(self.child_watches, parent_path, WatchKind.CHILDREN_CHANGED)
             # A create inside a multi answers without a stat, as ZooKeeper's Create does.
             return OpResult(op, path, None)
@@ -217,6 +239,7 @@ class ZooKeeperModel:
             node.version += 1
             node.mzxid = zxid
             events += self._fire(self.data_watches, op.path, WatchKind.DATA_CHANGED)
+            events += self._fire_tree(op.path, WatchKind.DATA_CHANGED)
             return OpResult(op, op.path, node.stat())
         assert isinstance(op, DeleteOp)
         node = self.nodes.get(op.path)
@@ -239,6 +262,7 @@ class ZooKeeperModel:
         parent.pzxid = zxid
         events += self._fire(self.data_watches, path, WatchKind.DELETED)
         events += self._fire(self.child_watches, path, WatchKind.DELETED)
+        events += self._fire_tree(path, WatchKind.DELETED)
         events += self._fire(self.child_watches, parent_path, WatchKind.CHILDREN_CHANGED)
 
     @staticmethod
@@ -299,6 +323,10 @@ class SimZkClient:
         # Told each new session id (the simulation tracks which sessions are controllers').
         self.on_session: Callable[[int], None] | None = None
         self._callbacks: dict[tuple[WatchKind, str], list[WatchCallback]] = {}
+        # Tree watch callbacks by path prefix, and the "connection" (here: the session) their
+        # server-side watches were armed on.
+        self._tree_callbacks: dict[str, list[WatchCallback]] = {}
+        self._connection = object()
         self._fail_next = 0
         self._lose_next = 0
         # A paused process (SIGSTOP): requests and notifications wait for the gate.
@@ -352,6 +380,7 @@ class SimZkClient:
         if self._session in self.model.live_sessions:
             return
         self._session = self.model.open_session(self._on_event)
+        self._connection = object()
         if self.on_session is not None:
             self.on_session(self._session)
         for kind, path in list(self._callbacks):
@@ -492,10 +521,37 @@ class SimZkClient:
                 counts[path] = counts.get(path, 0) + len(callbacks)
         return counts
 
+    async def watch_tree(self, path: str, callback: WatchCallback) -> TreeWatchArming:
+        """ZkClient.watch_tree. Its callbacks run when the event is committed, not a loop step
+        later: ZooKeeper delivers a watch event before the reply to any later request on the
+        connection, and the model answers requests synchronously, so only this keeps that order
+        (a standby's takeover relies on it; one-shot callbacks keep their call_soon)."""
+        await self._before_read(path)
+        callbacks = self._tree_callbacks.setdefault(path, [])
+        if callback not in callbacks:
+            callbacks.append(callback)
+        self.model.add_tree_watch(self._session, path)
+        return TreeWatchArming(path, self._session, self._connection)
+
+    def tree_watch_intact(self, arming: TreeWatchArming) -> bool:
+        return (
+            arming.session_id == self._session
+            and arming.connection is self._connection
+            and self._session in self.model.live_sessions
+        )
+
+    def unwatch_tree(self, path: str) -> None:
+        self._tree_callbacks.pop(path, None)
+
     def _on_event(self, kind: WatchKind, path: str) -> None:
         if self._gate is not None:
             self._buffered.append((kind, path))
             return
+        if kind != WatchKind.CHILDREN_CHANGED:
+            for prefix, tree_callbacks in list(self._tree_callbacks.items()):
+                if path == prefix or path.startswith(prefix + "/"):
+                    for tree_callback in list(tree_callbacks):
+                        tree_callback(kind, path)
         for callback in list(self._callbacks.get((kind, path), [])):
             asyncio.get_running_loop().call_soon(callback, kind, path)
 

@@ -26,6 +26,8 @@ from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 import aiozk
 from aiozk import exc as zk_exc
 from aiozk import protocol
+from aiozk.protocol.primitives import Int, UString
+from aiozk.protocol.request import Request
 from aiozk.protocol.response import Response
 from aiozk.states import States
 
@@ -38,6 +40,7 @@ from controller_svc.common.errors import (
     ZkNotAuthorizedError,
     ZkNotEmptyError,
     ZkUnavailableError,
+    ZkUnimplementedError,
 )
 from controller_svc.common.tasks import spawn
 from controller_svc.common.zk_settings import ZkDigestAuth, parse_connect_string
@@ -216,6 +219,41 @@ class _MultiReadResponse(Response):  # type: ignore[misc]
         return cls(results)
 
 
+# --- persistent recursive watches (ZooKeeper 3.6+, OpCode.addWatch = 106) ------------------------
+# One watch on a subtree that stays armed after it fires: created, deleted and data-changed
+# events of the znode and every descendant (never children-changed), delivered in zxid order
+# and, like every watch event, before the reply to any request the server answers after the
+# change. It lives on the connection: a reconnect (even within the session) loses it, and
+# SetWatches after a reconnect does not restore what changed meanwhile, so an arming is only
+# good for the connection it was made on (`TreeWatchArming`).
+
+_PERSISTENT_RECURSIVE = 1
+
+
+class _AddWatchRequest(Request):  # type: ignore[misc]
+    opcode = 106
+    writes_data = False
+    parts = (("path", UString), ("mode", Int))
+
+
+class _AddWatchResponse(Response):  # type: ignore[misc]
+    """Registered in aiozk's response table for opcode 106 by its metaclass; no body."""
+
+    opcode = 106
+    parts = ()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TreeWatchArming:
+    """Where a persistent recursive watch was armed: this session's connection at the time.
+    Every event on the subtree since then has been delivered while `ZkClient.tree_watch_intact`
+    holds for it."""
+
+    path: str
+    session_id: int
+    connection: object
+
+
 SessionCallback = Callable[[], None]
 # Called with the kind of event and the path (relative to the chroot). It must only enqueue.
 WatchCallback = Callable[[WatchKind, str], None]
@@ -282,6 +320,8 @@ class ZkClient:
         self._monitor_task: asyncio.Task[None] | None = None
         self._closing = False
         self._watches: dict[tuple[WatchKind, str], list[Callable[[str], None]]] = {}
+        # Persistent recursive watches: full path -> callbacks (changed on the session's thread).
+        self._tree_watches: dict[str, list[WatchCallback]] = {}
         self._multi_read: bool | None = None  # unknown until the first multiRead
         self._io: ZkIoThread | None = None
         # The loop that started the client: watch and session callbacks are delivered there.
@@ -323,6 +363,7 @@ class ZkClient:
         )
         if self._auth is not None:
             self._authenticate_every_connection(self._client.session, self._auth)
+        self._install_event_dispatch(self._client.session)
         try:
             await asyncio.wait_for(self._client.start(), timeout_s)
         except Exception as e:
@@ -332,6 +373,39 @@ class ZkClient:
         if self._set_acl and self._chroot:
             await self._secure_chroot()
         log.info("ZooKeeper session 0x%x established with %s", self.session_id, self.connect_string)
+
+    def _install_event_dispatch(self, session: Any) -> None:
+        """Route watch events of the persistent recursive watches (by path prefix; aiozk keys its
+        callbacks by exact path and knows no such watch), then aiozk's own dispatch. aiozk's
+        table is a defaultdict: an event for a path nobody registered would leave an empty entry
+        that every later SetWatches re-sends, so such events stop here. Connections bind the
+        session's `event_dispatch` when they are made, so this is set before the first one."""
+        original = session.event_dispatch
+        chroot = self._chroot or ""
+
+        def dispatch(event: Any) -> None:
+            if event.type:
+                path = event.path
+                # A persistent recursive watch never sends children-changed: such an event is a
+                # one-shot child watch's (e.g. the active controller's on /brokers/topics).
+                tree_watches = self._tree_watches if event.type != WatchKind.CHILDREN_CHANGED else {}
+                for prefix, callbacks in tree_watches.items():
+                    if path == prefix or path.startswith(prefix + "/"):
+                        relative = path[len(chroot) :] or "/"
+                        for callback in callbacks:
+                            self._deliver(self._run_watch_callback, callback, WatchKind(event.type), relative)
+                if (event.type, path) not in session.watch_callbacks:
+                    return
+            original(event)
+
+        session.event_dispatch = dispatch
+
+    @staticmethod
+    def _run_watch_callback(callback: WatchCallback, kind: WatchKind, path: str) -> None:
+        try:
+            callback(kind, path)
+        except Exception:
+            log.exception("watch callback for %s %s failed", kind.name, path)
 
     async def _secure_chroot(self) -> None:
         """The chroot node is the parent of /controller, /brokers and the rest: whoever may create
@@ -485,6 +559,53 @@ class ZkClient:
         # that arm the watch.
         assert self._io is not None
         self._io.call(self._client.session.add_watch_callback, int(kind), full, fire)
+
+    @_on_io_thread
+    async def watch_tree(self, path: str, callback: WatchCallback) -> TreeWatchArming:
+        """Call back on every created / deleted / data-changed event of `path` and its
+        descendants, from now until `unwatch_tree`, through a persistent recursive watch
+        (ZooKeeper 3.6+; ZkUnimplementedError before). The callback stays registered across
+        reconnects, the server-side watch does not: re-arm it when `tree_watch_intact` says
+        the returned arming is gone, and treat what happened in between as unseen."""
+        full = self._client.normalize_path(path)
+        session = self._client.session
+        callbacks = self._tree_watches.setdefault(full, [])
+        if callback not in callbacks:
+            callbacks.append(callback)
+        before = session.conn
+        try:
+            await session.send(_AddWatchRequest(path=full, mode=_PERSISTENT_RECURSIVE))
+        except (zk_exc.Unimplemented, zk_exc.UnknownError) as e:
+            raise ZkUnimplementedError(f"ZooKeeper has no addWatch (needs 3.6+): {e}") from e
+        except Exception as e:
+            raise translate(e, path) from e
+        after = session.conn
+        if before is not after or after is None:
+            # aiozk resent it on a new connection: armed there, but events may have been
+            # missed in between. Report an arming that is already broken.
+            return TreeWatchArming(path, self.session_id, object())
+        return TreeWatchArming(path, self.session_id, after)
+
+    def tree_watch_intact(self, arming: TreeWatchArming) -> bool:
+        """The watch armed then is still armed and nothing it saw was lost: same session, same
+        connection, still connected."""
+        client = self._client
+        if client is None or self._closing:
+            return False
+        session = client.session
+        return (
+            session.conn is arming.connection
+            and session.session_id == arming.session_id
+            and session.state == States.CONNECTED
+            and not getattr(arming.connection, "closing", False)
+        )
+
+    def unwatch_tree(self, path: str) -> None:
+        """Drop the callbacks of a tree watch (the server-side watch ends with the connection;
+        its events are ignored until then)."""
+        full = self._client.normalize_path(path)
+        assert self._io is not None
+        self._io.call(self._tree_watches.pop, full, None)
 
     # --- reads ------------------------------------------------------------------------------
 

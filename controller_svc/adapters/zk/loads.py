@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controller_svc.adapters.zk import codecs, paths
-from controller_svc.adapters.zk.client import ZkClient
+from controller_svc.adapters.zk.client import ZkClient, ZnodeStat
 from controller_svc.common import metrics
 from controller_svc.common.errors import ControllerError, CorruptZnodeError
-from controller_svc.common.model import BrokerInfo, ReplicaAssignment, TopicPartition
+from controller_svc.common.model import BrokerInfo, LeaderIsrAndControllerEpoch, ReplicaAssignment, TopicPartition
 from controller_svc.core.context import ControllerContext
 from controller_svc.core.topics import validate_assignment
 
@@ -65,29 +65,59 @@ async def load_topics(
     result: dict[str, LoadedTopic] = {}
     bad = known_bad if known_bad is not None else {}
     for topic, got in zip(topics, reads, strict=True):
-        if got is None:
-            bad.pop(topic, None)
-            continue
-        path = paths.topic_path(topic)
-        try:
-            znode = codecs.decode_topic(path, got[0])
-            validate_assignment(znode.partitions)
-        except (CorruptZnodeError, ControllerError) as e:
-            if bad.get(topic) != got[1].version:
-                metrics.CORRUPT_ZNODES.labels("topic").inc()
-                log.error("ignoring topic %s: %s: %s", topic, path, e)
-            bad[topic] = got[1].version
-            continue
-        bad.pop(topic, None)
-        result[topic] = LoadedTopic(
-            topic,
-            {
-                p: ReplicaAssignment(r, znode.adding_replicas.get(p, ()), znode.removing_replicas.get(p, ()))
-                for p, r in znode.partitions.items()
-            },
-            znode.topic_id,
-        )
+        loaded = decode_topic_read(topic, got, bad)
+        if loaded is not None:
+            result[topic] = loaded
     return result
+
+
+def decode_topic_read(topic: str, got: tuple[bytes, ZnodeStat] | None, known_bad: dict[str, int]) -> LoadedTopic | None:
+    """One topic znode as read (None: missing or malformed; a malformed one is logged and
+    counted once per znode version, tracked in `known_bad`)."""
+    if got is None:
+        known_bad.pop(topic, None)
+        return None
+    path = paths.topic_path(topic)
+    try:
+        znode = codecs.decode_topic(path, got[0])
+        validate_assignment(znode.partitions)
+    except (CorruptZnodeError, ControllerError) as e:
+        if known_bad.get(topic) != got[1].version:
+            metrics.CORRUPT_ZNODES.labels("topic").inc()
+            log.error("ignoring topic %s: %s: %s", topic, path, e)
+        known_bad[topic] = got[1].version
+        return None
+    known_bad.pop(topic, None)
+    return LoadedTopic(
+        topic,
+        {
+            p: ReplicaAssignment(r, znode.adding_replicas.get(p, ()), znode.removing_replicas.get(p, ()))
+            for p, r in znode.partitions.items()
+        },
+        znode.topic_id,
+    )
+
+
+def decode_state_read(
+    tp: TopicPartition, path: str, got: tuple[bytes, ZnodeStat]
+) -> LeaderIsrAndControllerEpoch | None:
+    """One partition state znode as read (None: corrupt, logged and counted)."""
+    try:
+        return codecs.decode_partition_state(path, got[0], got[1].version)
+    except CorruptZnodeError as e:
+        metrics.CORRUPT_ZNODES.labels("partition_state").inc()
+        log.error("ignoring state of %s: %s", tp, e)
+        return None
+
+
+def decode_config_read(topic: str, got: tuple[bytes, ZnodeStat]) -> dict[str, str] | None:
+    """One topic config znode as read (None: corrupt, logged and counted)."""
+    try:
+        return codecs.decode_topic_config(f"{paths.CONFIG_TOPICS}/{topic}", got[0])
+    except CorruptZnodeError as e:
+        metrics.CORRUPT_ZNODES.labels("topic_config").inc()
+        log.error("ignoring config of topic %s: %s", topic, e)
+        return None
 
 
 async def load_partition_states(zk: ZkClient, ctx: ControllerContext, partitions: Sequence[TopicPartition]) -> None:
@@ -97,11 +127,9 @@ async def load_partition_states(zk: ZkClient, ctx: ControllerContext, partitions
         if got is None:
             ctx.partition_states.pop(tp, None)
             continue
-        try:
-            ctx.partition_states[tp] = codecs.decode_partition_state(path, got[0], got[1].version)
-        except CorruptZnodeError as e:
-            metrics.CORRUPT_ZNODES.labels("partition_state").inc()
-            log.error("ignoring state of %s: %s", tp, e)
+        state = decode_state_read(tp, path, got)
+        if state is not None:
+            ctx.partition_states[tp] = state
 
 
 async def load_topic_configs(zk: ZkClient, topics: Sequence[str]) -> dict[str, dict[str, str]]:
@@ -110,11 +138,9 @@ async def load_topic_configs(zk: ZkClient, topics: Sequence[str]) -> dict[str, d
     for topic, got in zip(topics, reads, strict=True):
         if got is None:
             continue
-        try:
-            configs[topic] = codecs.decode_topic_config(f"{paths.CONFIG_TOPICS}/{topic}", got[0])
-        except CorruptZnodeError as e:
-            metrics.CORRUPT_ZNODES.labels("topic_config").inc()
-            log.error("ignoring config of topic %s: %s", topic, e)
+        config = decode_config_read(topic, got)
+        if config is not None:
+            configs[topic] = config
     return configs
 
 

@@ -1,0 +1,354 @@
+"""A standby controller's copy of the cluster metadata, kept current while it waits, and handed to
+its term of office at takeover after verification (issue 13's warm standby; KRaft's standbys
+hold the metadata log for the same reason).
+
+What it follows: every topic znode (assignment, topic id), every partition state znode and every
+topic config znode, through two persistent recursive watches (`/brokers/topics`,
+`/config/topics`). Events only mark znodes dirty; a background task re-reads them in batches.
+Brokers, deletion requests and notifications are small and the term reads them at takeover as
+always.
+
+Why the copy can be trusted at takeover (`take`), under the new epoch:
+- ZooKeeper delivers every watch event of a change before its reply to any request it answers
+  after that change, on the same connection. The election's multi is such a request: when its
+  reply has arrived, every change up to the election has marked its znode dirty here.
+- The watches are armed per connection and a reconnect loses events, so the copy counts only if
+  the connection that armed them (and on which the initial read ran) is still the session's
+  connection at takeover (`ZkClient.tree_watch_intact`). Otherwise the term loads cold.
+- `take` first arms the term's own watches (the topic list and each topic znode, as the cold
+  load's reads do), then re-reads every dirty znode: a change before the arming is re-read here,
+  a change after it fires the term's watch as well.
+So what the term receives is, znode by znode, what ZooKeeper held at the election or later:
+what a cold load gives, without reading the znodes that did not change.
+Until then the copy is only a hint: nothing is decided from it while standing by.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from controller_svc.adapters.zk import loads, paths
+from controller_svc.adapters.zk.client import TreeWatchArming, WatchCallback, WatchKind, ZnodeStat
+from controller_svc.common import metrics
+from controller_svc.common.errors import ControllerError, ZkUnimplementedError
+from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition
+from controller_svc.common.tasks import cancel_and_wait, spawn
+from controller_svc.core.context import ControllerContext
+
+log = logging.getLogger(__name__)
+
+# Bound on re-read rounds at takeover: after the first, only changes made after the election
+# are left, which the term's watches and notifications cover as after a cold load.
+TAKE_ROUNDS = 3
+
+
+class StandbyZk(Protocol):
+    """The session reads a standby needs (ZkClient, and the simulation's client)."""
+
+    async def watch_tree(self, path: str, callback: WatchCallback) -> TreeWatchArming: ...
+    def tree_watch_intact(self, arming: TreeWatchArming) -> bool: ...
+    def unwatch_tree(self, path: str) -> None: ...
+    async def get_children_or_empty(self, path: str, watch: bool = False) -> list[str]: ...
+    async def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, ZnodeStat] | None]: ...
+    async def exists(self, path: str, watch: bool = False) -> ZnodeStat | None: ...
+    async def pipelined(self, calls: Iterable[Callable[[], Any]]) -> list[Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WarmLoad:
+    """What a takeover got from the standby copy."""
+
+    reread: int  # znodes re-read at takeover (their watches had fired)
+    rounds: int
+    topics: int
+    partitions: int
+    age_s: float  # since the copy was first complete
+    # Znodes still marked after the last round: changed after the election (the term's watches
+    # and notifications cover them, as after a cold load).
+    left_dirty: int = 0
+
+
+def classify(path: str) -> tuple[str, str, int]:
+    """(kind, topic, partition) of a watched path: kind is "topic", "state", "config", "root"
+    (one of the watched roots itself: reload everything) or "" (structure: ignored)."""
+    if path in (paths.BROKER_TOPICS, paths.CONFIG_TOPICS):
+        return "root", "", -1
+    if path.startswith(paths.CONFIG_TOPICS + "/"):
+        rest = path[len(paths.CONFIG_TOPICS) + 1 :]
+        return ("config", rest, -1) if "/" not in rest else ("", "", -1)
+    if path.startswith(paths.BROKER_TOPICS + "/"):
+        parts = path[len(paths.BROKER_TOPICS) + 1 :].split("/")
+        if len(parts) == 1:
+            return "topic", parts[0], -1
+        if len(parts) == 4 and parts[1] == "partitions" and parts[3] == "state" and parts[2].isdigit():
+            return "state", parts[0], int(parts[2])
+    return "", "", -1
+
+
+class StandbyMetadata:
+    """Owned by the Controller; runs while the controller is not active (`follow`), is emptied
+    into the context by `take` at takeover."""
+
+    def __init__(self, zk: StandbyZk, refresh_interval_s: float = 0.1, controller_id: int = -1) -> None:
+        self._zk = zk
+        self._refresh_interval_s = refresh_interval_s
+        self._id = controller_id
+        self._lock = asyncio.Lock()
+        self._following = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.unsupported: str | None = None
+        self._armings: list[TreeWatchArming] = []
+        self._ready_at: float | None = None
+        # Events mark znodes dirty from the arming of a reload until the end of a takeover.
+        self._listening = False
+        self._reset()
+
+    def __repr__(self) -> str:
+        return (
+            f"StandbyMetadata(controller={self._id}, ready={self.ready}, topics={len(self._topics)}, "
+            f"states={len(self._states)}, dirty={self.dirty_count})"
+        )
+
+    def _reset(self) -> None:
+        self._topics: dict[str, loads.LoadedTopic] = {}
+        self._present: set[str] = set()  # topic znodes that exist (malformed ones included)
+        self._malformed: dict[str, int] = {}
+        self._configs: dict[str, dict[str, str]] = {}
+        self._states: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
+        self._dirty_topics: set[str] = set()
+        self._dirty_states: set[TopicPartition] = set()
+        self._dirty_configs: set[str] = set()
+        self._ready_at = None
+        metrics.STANDBY_READY.set(0)
+
+    @property
+    def ready(self) -> bool:
+        return self._ready_at is not None
+
+    @property
+    def dirty_count(self) -> int:
+        return len(self._dirty_topics) + len(self._dirty_states) + len(self._dirty_configs)
+
+    def _intact(self) -> bool:
+        return bool(self._armings) and all(self._zk.tree_watch_intact(a) for a in self._armings)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def follow(self) -> None:
+        """Stand by: keep the copy current (a first load, then the changes)."""
+        if self.unsupported is not None:
+            return
+        self._following.set()
+        self._wake.set()
+        if self._task is None or self._task.done():
+            self._task = spawn(self._run(), f"standby-metadata-{self._id}", on_death=self._on_death)
+
+    def _on_death(self, _name: str, error: BaseException) -> None:
+        # spawn() has logged it; a copy that stopped following is worthless: drop it and start
+        # again (a takeover meanwhile loads cold).
+        metrics.STANDBY_ERRORS.inc()
+        self._reset()
+        self._armings = []
+        if self._following.is_set():
+            asyncio.get_running_loop().call_later(1.0, self.follow)
+
+    async def close(self) -> None:
+        self._following.clear()
+        await cancel_and_wait(self._task)
+        self._task = None
+        for arming in self._armings:
+            self._zk.unwatch_tree(arming.path)
+        self._armings = []
+        self._reset()
+
+    async def _run(self) -> None:
+        while True:
+            await self._following.wait()
+            try:
+                if not self.ready or not self._intact():
+                    async with self._lock:
+                        if self._following.is_set():
+                            await self._reload()
+                    continue
+                try:
+                    # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation
+                    # that lands as the wait ends, and close() would then wait for ever.
+                    async with asyncio.timeout(1.0):
+                        await self._wake.wait()
+                except TimeoutError:
+                    continue  # look at the connection again
+                # Gather a burst of changes (a partition creation, a broker's ISR shrinks) into
+                # a few batched reads.
+                await asyncio.sleep(self._refresh_interval_s)
+                async with self._lock:
+                    self._wake.clear()
+                    if self._following.is_set() and self.ready and self._intact():
+                        await self._refresh()
+            except ZkUnimplementedError as e:
+                self.unsupported = str(e)
+                log.error("controller %d: no warm standby (failovers load cold): %s", self._id, e)
+                self._reset()
+                return
+            except ControllerError as e:
+                log.warning("controller %d: the standby copy is stale (%s); reloading it", self._id, e)
+                metrics.STANDBY_ERRORS.inc()
+                self._reset()
+                await asyncio.sleep(1.0)
+
+    # --- following ------------------------------------------------------------------------------
+
+    def _on_event(self, event_kind: WatchKind, path: str) -> None:
+        if not self._listening:
+            return
+        kind, topic, partition = classify(path)
+        if kind == "topic":
+            self._dirty_topics.add(topic)
+        elif kind == "state":
+            self._dirty_states.add(TopicPartition(topic, partition))
+        elif kind == "config":
+            self._dirty_configs.add(topic)
+        elif kind == "root":
+            if event_kind != WatchKind.DATA_CHANGED:
+                self._armings = []  # a watched root itself was created or deleted: start again
+        else:
+            return
+        self._wake.set()
+
+    async def _reload(self) -> None:
+        """Arm the watches on the current connection, then read everything (events from the
+        arming on mark what changed during the read)."""
+        started = time.monotonic()
+        self._reset()
+        self._armings = []
+        self._listening = True
+        armings = [
+            await self._zk.watch_tree(paths.BROKER_TOPICS, self._on_event),
+            await self._zk.watch_tree(paths.CONFIG_TOPICS, self._on_event),
+        ]
+        self._armings = armings
+        names = await self._zk.get_children_or_empty(paths.BROKER_TOPICS)
+        self._dirty_topics.update(names)
+        self._dirty_configs.update(names)
+        reread = await self._refresh()
+        if not self._intact():
+            return
+        self._ready_at = time.monotonic()
+        metrics.STANDBY_READY.set(1)
+        metrics.STANDBY_RELOADS.inc()
+        log.info(
+            "controller %d: standby copy loaded (%d topics, %d partition states, %d znodes) in %.0f ms",
+            self._id,
+            len(self._topics),
+            len(self._states),
+            reread,
+            (time.monotonic() - started) * 1000,
+        )
+
+    async def _refresh(self) -> int:
+        """Re-read the dirty znodes; a topic re-read re-reads its partitions' states too (its
+        partitions may have changed). Returns the znodes read."""
+        topics, self._dirty_topics = sorted(self._dirty_topics), set()
+        read = 0
+        if topics:
+            got_topics = await self._zk.get_many([paths.topic_path(t) for t in topics])
+            read += len(topics)
+            for topic, got in zip(topics, got_topics, strict=True):
+                loaded = loads.decode_topic_read(topic, got, self._malformed)
+                if got is None:
+                    self._present.discard(topic)
+                else:
+                    self._present.add(topic)
+                if loaded is None:
+                    # Gone or malformed: a cold load would not read its states either.
+                    for tp in self._partitions_of(topic):
+                        self._states.pop(tp, None)
+                    self._topics.pop(topic, None)
+                    continue
+                self._topics[topic] = loaded
+                self._dirty_states.update(TopicPartition(topic, p) for p in loaded.assignments)
+        states, self._dirty_states = list(self._dirty_states), set()
+        if states:
+            state_paths = [paths.partition_state_path(tp.topic, tp.partition) for tp in states]
+            got_states = await self._zk.get_many(state_paths)
+            read += len(states)
+            for tp, path, got_state in zip(states, state_paths, got_states, strict=True):
+                state = loads.decode_state_read(tp, path, got_state) if got_state is not None else None
+                if state is None or tp.topic not in self._topics:
+                    self._states.pop(tp, None)
+                else:
+                    self._states[tp] = state
+        configs, self._dirty_configs = sorted(self._dirty_configs), set()
+        if configs:
+            got_configs = await self._zk.get_many([f"{paths.CONFIG_TOPICS}/{t}" for t in configs])
+            read += len(configs)
+            for topic, got_config in zip(configs, got_configs, strict=True):
+                config = loads.decode_config_read(topic, got_config) if got_config is not None else None
+                if config is None:
+                    self._configs.pop(topic, None)
+                else:
+                    self._configs[topic] = config
+        metrics.STANDBY_ZNODES_READ.inc(read)
+        return read
+
+    def _partitions_of(self, topic: str) -> list[TopicPartition]:
+        loaded = self._topics.get(topic)
+        return [TopicPartition(topic, p) for p in loaded.assignments] if loaded is not None else []
+
+    # --- takeover ---------------------------------------------------------------------------------
+
+    async def take(self, ctx: ControllerContext) -> WarmLoad | str:
+        """Under the new epoch, right after the election: verify the copy (see the module's
+        docstring), arm the term's topic watches and hand the copy to `ctx`. Returns why not
+        when the copy cannot be trusted (the caller loads cold); the copy is emptied either way
+        and following stops until `follow`."""
+        self._following.clear()
+        async with self._lock:
+            try:
+                return await self._take(ctx)
+            finally:
+                self._listening = False
+                self._reset()
+
+    async def _take(self, ctx: ControllerContext) -> WarmLoad | str:
+        if self.unsupported is not None:
+            return f"unsupported: {self.unsupported}"
+        if self._ready_at is None:
+            return "the copy was not complete"
+        if not self._intact():
+            return "the connection that armed the watches is gone"
+        ready_at = self._ready_at
+        # The term's watches first (TopicChange, and PartitionModifications per topic), as the
+        # cold load's reads with watch=True arm them.
+        names = await self._zk.get_children_or_empty(paths.BROKER_TOPICS, watch=True)
+        await self._zk.pipelined([functools.partial(self._zk.exists, paths.topic_path(t), watch=True) for t in names])
+        self._dirty_topics.update(set(names) ^ self._present)
+        reread = rounds = 0
+        while self.dirty_count and rounds < TAKE_ROUNDS:
+            reread += await self._refresh()
+            rounds += 1
+        if not self._intact():
+            return "the connection changed during the takeover"
+        for topic, loaded in self._topics.items():
+            ctx.assignments[topic] = loaded.assignments
+            if loaded.topic_id:
+                ctx.topic_ids[topic] = loaded.topic_id
+        ctx.malformed_topics.update(self._malformed)
+        ctx.topic_configs.update((t, c) for t, c in self._configs.items() if t in self._topics)
+        states = self._states
+        ctx.partition_states.update((tp, states[tp]) for tp in ctx.all_partitions() if tp in states)
+        metrics.FAILOVER_LOADS.labels("warm").inc()
+        return WarmLoad(
+            reread=reread,
+            rounds=rounds,
+            topics=len(self._topics),
+            partitions=ctx.partition_count,
+            age_s=round(time.monotonic() - ready_at, 1),
+            left_dirty=self.dirty_count,
+        )
