@@ -171,3 +171,39 @@ async def test_a_multi_that_fails_fires_no_watch_and_leaves_it_armed(session_fac
     await writer.create("/f/parent/another", b"")  # the watch is still armed: heard now
     await settle()
     assert heard.events == [(WatchKind.CHILDREN_CHANGED, "/f/parent")]
+
+
+async def test_a_persistent_recursive_watch_hears_every_change_below_it_and_stays(session_factory: Factory) -> None:
+    """addWatch(PERSISTENT_RECURSIVE), the warm standby's watch: created, deleted and
+    data-changed events of the znode and every descendant (children-changed never), still armed
+    after firing; with a one-shot watch on the same znode, one event reaches both callbacks; the
+    arming ends with the session."""
+    zk = await session_factory()
+    writer = await session_factory()
+    await zk.ensure_path("/tw")
+    tree = Recorder()
+    arming = await zk.watch_tree("/tw", tree)
+    assert zk.tree_watch_intact(arming)
+    await writer.create("/tw/a", b"1")
+    await writer.set_data("/tw/a", b"2")
+    await writer.create("/tw/a/b", b"")
+    await writer.set_data("/tw", b"x")
+    await writer.multi([DeleteOp("/tw/a/b")])
+    await writer.create("/elsewhere", b"")
+    one_shot = Recorder()
+    zk.watch_data("/tw/a", one_shot)
+    assert (await zk.get("/tw/a", watch=True))[0] == b"2"
+    await writer.set_data("/tw/a", b"3")
+    await settle()
+    assert tree.events == [
+        (WatchKind.CREATED, "/tw/a"),
+        (WatchKind.DATA_CHANGED, "/tw/a"),
+        (WatchKind.CREATED, "/tw/a/b"),
+        (WatchKind.DATA_CHANGED, "/tw"),
+        (WatchKind.DELETED, "/tw/a/b"),
+        (WatchKind.DATA_CHANGED, "/tw/a"),
+    ]
+    assert one_shot.events == [(WatchKind.DATA_CHANGED, "/tw/a")]
+    assert zk.tree_watch_intact(arming)
+    await zk.close()
+    assert not zk.tree_watch_intact(arming)

@@ -104,6 +104,7 @@ class StandbyMetadata:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.unsupported: str | None = None
+        self.reloads = 0  # complete reads of the copy
         self._armings: list[TreeWatchArming] = []
         self._ready_at: float | None = None
         # Events mark znodes dirty from the arming of a reload until the end of a takeover.
@@ -240,6 +241,7 @@ class StandbyMetadata:
         if not self._intact():
             return
         self._ready_at = time.monotonic()
+        self.reloads += 1
         metrics.STANDBY_READY.set(1)
         metrics.STANDBY_RELOADS.inc()
         log.info(

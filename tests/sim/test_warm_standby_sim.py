@@ -1,0 +1,132 @@
+"""The warm standby (controller_svc/adapters/zk/standby.py) on the simulated cluster: a standby
+whose copy is stale at takeover still takes over with what ZooKeeper holds, and a copy whose
+watches may have missed events is not used. SimCluster compares every warm takeover with the
+model at that moment (`warm_mismatches`, checked by `safety()`); these scenarios make sure the
+copy really was stale, or really was untrustworthy, when the takeover came."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from broker_stub.isr import change_isr
+from controller_svc.adapters.zk import paths
+from controller_svc.common.errors import ErrorCode
+from controller_svc.common.model import TopicPartition
+from controller_svc.controller.controller import Controller
+from tests.sim.cluster import SimCluster
+from tests.sim.test_failover_windows_sim import _failovers, _topic_t_online
+
+
+async def _standby_ready(cluster: SimCluster, controller_id: int) -> Controller:
+    standby = await cluster.start_controller(controller_id)
+    assert standby.standby is not None
+    copy = standby.standby
+    await cluster.until(lambda: copy.ready, what=f"controller {controller_id}'s copy")
+    return standby
+
+
+async def _shrink_isr(cluster: SimCluster, tp: TopicPartition) -> None:
+    state = cluster.state_in_zookeeper(tp)
+    leader = cluster.brokers[state.leader]
+    follower = next(b for b in state.isr if b != state.leader)
+    result = await change_isr(leader.zk, leader.state, tp, follower, lagging=True)  # type: ignore[arg-type]
+    assert result.error == ErrorCode.NONE, result
+    await cluster.until(lambda: follower not in cluster.state_in_zookeeper(tp).isr, what=f"{tp}'s ISR to shrink")
+
+
+async def test_a_standby_that_read_none_of_the_changes_takes_over_with_what_zookeeper_holds() -> None:
+    """The standby re-reads nothing while standing by (an hour between refreshes), so every
+    change after its first read is only marked: ISR shrinks written by leaders, a new topic
+    and its partition states, a topic config. At takeover it re-reads exactly the marked
+    znodes and the context equals a cold load."""
+    cluster = SimCluster(brokers=3, auto_leader_rebalance_enable=False, standby_refresh_interval_s=3600)
+    completed = _failovers(cluster)
+    try:
+        tps = await _topic_t_online(cluster, 6)
+        standby = await _standby_ready(cluster, 2)
+        assert standby.standby is not None
+        copy = standby.standby
+        for tp in tps[:3]:
+            await _shrink_isr(cluster, tp)
+        await cluster.create_topic("u", {0: [1, 2], 1: [2, 3]})
+        await cluster.until(
+            lambda: all(cluster.state_in_zookeeper(TopicPartition("u", p)) is not None for p in (0, 1)),
+            what="u online",
+        )
+        admin = await cluster.admin()
+        await admin.create(f"{paths.CONFIG_TOPICS}/t", json.dumps({"version": 1, "config": {"a": "b"}}).encode())
+        await admin.close()
+        # The fault landed: the copy is stale (3 states, topic u, u's 2 states, t's config).
+        assert copy.dirty_count >= 7, copy
+        dirty = copy.dirty_count
+        await cluster.stop_controller(1)
+        await cluster.until(lambda: standby.is_active and len(completed) == 2, what="controller 2's failover")
+        failover = completed[-1]
+        assert failover["load_mode"] == "warm", failover
+        assert failover["warm_reread"] >= dirty
+        assert cluster.warm_takeovers_checked == 1
+        assert cluster.differs_from_zookeeper(standby.context) == ""
+        assert standby.context.topic_configs["t"] == {"a": "b"}
+        cluster.safety()
+    finally:
+        await cluster.stop_all()
+
+
+async def test_a_standby_that_slept_through_the_changes_takes_over_with_them() -> None:
+    """SIGSTOP of the standby (shorter than its session timeout) while ISRs change and the
+    active controller stops: on waking it gets the events it slept through, then the deletion
+    of /controller, and its takeover includes them."""
+    cluster = SimCluster(brokers=3, auto_leader_rebalance_enable=False)
+    completed = _failovers(cluster)
+    try:
+        tps = await _topic_t_online(cluster, 4)
+        standby = await _standby_ready(cluster, 2)
+        zk = standby.zk
+        zk.pause(2.0)  # type: ignore[attr-defined]
+        for tp in tps[:2]:
+            await _shrink_isr(cluster, tp)
+        await cluster.stop_controller(1)
+        assert zk.paused  # type: ignore[attr-defined]
+        await cluster.until(lambda: standby.is_active and len(completed) == 2, what="controller 2's failover")
+        assert completed[-1]["load_mode"] == "warm", completed[-1]
+        assert cluster.warm_takeovers_checked == 1
+        cluster.safety()
+    finally:
+        await cluster.stop_all()
+
+
+@pytest.mark.parametrize("read_again", [False, True])
+async def test_a_standby_whose_session_was_replaced_does_not_trust_its_copy(read_again: bool) -> None:
+    """A new session means new connections: events of the old watches may be lost, so the copy
+    is not used (a cold load) until the standby has armed its watches again and read
+    everything again; then it is warm again."""
+    cluster = SimCluster(brokers=3, auto_leader_rebalance_enable=False)
+    completed = _failovers(cluster)
+    try:
+        await _topic_t_online(cluster, 4)
+        standby = await _standby_ready(cluster, 2)
+        assert standby.standby is not None
+        copy = standby.standby
+        reloads_before = copy.reloads
+        zk = standby.zk
+        assert zk.expire()  # type: ignore[attr-defined]
+        await zk.renew()  # type: ignore[attr-defined]
+        if read_again:
+            await cluster.until(lambda: copy.reloads > reloads_before and copy.ready, what="the copy read again")
+        await cluster.stop_controller(1)
+        await cluster.until(lambda: standby.is_active and len(completed) == 2, what="controller 2's failover")
+        failover = completed[-1]
+        if read_again:
+            assert failover["load_mode"] == "warm", failover
+        else:
+            assert failover["load_mode"] == "cold", failover
+            assert failover["cold_reason"] in (
+                "the connection that armed the watches is gone",
+                "the copy was not complete",
+            ), failover
+        assert cluster.differs_from_zookeeper(standby.context) == ""
+        cluster.safety()
+    finally:
+        await cluster.stop_all()
