@@ -181,6 +181,7 @@ async def measure(
         load_mode=completed_record.get("load_mode"),
         warm_reread=completed_record.get("warm_reread"),
         cold_reason=completed_record.get("cold_reason"),
+        phases_ms=completed_record.get("phases_ms"),
     )
     return result
 

@@ -353,6 +353,7 @@ class Controller:
             load_mode=timings.load_mode,
             warm_reread=timings.warm_reread,
             cold_reason=timings.cold_reason or None,
+            phases_ms=timings.phases_ms,
         )
         log.info(
             "controller %d is active: epoch %d, %d live brokers, %d topics, %d partitions (loaded %s in %.0f ms)",

@@ -81,21 +81,28 @@ class PartitionManager:
 
     # --- failover -------------------------------------------------------------------------------
 
-    async def start_up(self, reported: ReplicaEpochs | None = None) -> tuple[int, int]:
+    async def start_up(
+        self, reported: ReplicaEpochs | None = None, mark: Callable[[str], None] = lambda _phase: None
+    ) -> tuple[int, int]:
         """Failover: UpdateMetadata to every live broker, replica state machine start-up
         (online replicas get LeaderAndIsr where their broker is behind, offline ones leave the
         ISR), then partition state machine start-up (New and Offline partitions elected with
         the offline strategy). Returns the LeaderAndIsr (sent, skipped)."""
         async with self.operation(refresh_metrics=False) as batch:
             batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, self.ctx.all_partitions())
+        mark("update_metadata")
         self.rsm.initialize()
+        mark("replica_states_init")
         self.psm.initialize()
+        mark("partition_states_init")
         offline = [r for r, s in self.rsm.states.items() if s is not ReplicaState.ONLINE]
         async with self.operation(refresh_metrics=False):
             sent_skipped = self.rsm.resend_online(reported)
             await self.rsm.handle_state_changes(offline, ReplicaState.OFFLINE)
+        mark("replicas_online_offline")
         async with self.operation():
             await self.psm.trigger_online_partition_state_change()
+        mark("partitions_online")
         return sent_skipped
 
     # --- brokers --------------------------------------------------------------------------------

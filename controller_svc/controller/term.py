@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, TypeVar, assert_never
 
@@ -57,6 +58,23 @@ def hold_event_loop(seconds: float) -> None:
         spins += sum(range(1000)) & 1
 
 
+class PhaseClock:
+    """Milliseconds per named phase of a failover, for `controller.failover_completed`: where a
+    slow failover spent its time, without a profiler."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def __repr__(self) -> str:
+        return f"PhaseClock({self.phases})"
+
+    def mark(self, phase: str) -> None:
+        now = time.monotonic()
+        self.phases[phase] = round(self.phases.get(phase, 0.0) + (now - self._last) * 1000, 1)
+        self._last = now
+
+
 @dataclass(frozen=True, slots=True)
 class FailoverTimings:
     load_ms: float
@@ -72,6 +90,7 @@ class FailoverTimings:
     load_mode: str = "cold"
     warm_reread: int = 0
     cold_reason: str = ""
+    phases_ms: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 class TermOfOffice:
@@ -171,15 +190,18 @@ class TermOfOffice:
         for children, path, callback in self.watches():
             (self.store.watch_children if children else self.store.watch_data)(path, callback)
         started = time.monotonic()
+        clock = PhaseClock()
         last_config_change = await clear_notifications_before_load(self.store)
         brokers = await self.store.load_brokers(watch=True)
         self.ctx.live_brokers = dict(brokers)
         self.ctx.known_broker_ids.update(brokers)
         self._watch_broker_data(set(brokers))
+        clock.mark("notifications_and_brokers")
         warm = await self._standby.take(self.ctx) if self._standby is not None else "disabled"
         if isinstance(warm, str):
             metrics.FAILOVER_LOADS.labels("cold").inc()
             await self.store.load_all(self.ctx)
+        clock.mark("load")
         loaded = time.monotonic()
         if self.settings.debug_failover_hold_loop_s > 0:
             hold_event_loop(self.settings.debug_failover_hold_loop_s)
@@ -202,10 +224,12 @@ class TermOfOffice:
         pending_deletions = set(await self.store.children(paths.DELETE_TOPICS, watch=True))
         if self.settings.delete_topic_enable:
             self.ctx.topics_to_be_deleted.update(pending_deletions & set(self.ctx.assignments))
+        clock.mark("channels_and_managers")
         asked = time.monotonic()
         reported = await self._replica_epochs(set(brokers)) if self.settings.failover_replica_epochs_enable else None
         replica_epochs_ms = (time.monotonic() - asked) * 1000
-        sent, skipped = await m.partitions.start_up(reported)
+        clock.mark("replica_epochs")
+        sent, skipped = await m.partitions.start_up(reported, clock.mark)
         await self.in_operation(m.reassignment.abandon(self.ctx.topics_to_be_deleted))
         # Kafka's fetchTopicDeletionsInProgress: topics with a replica on a dead broker or a
         # partition being reassigned are ineligible before anything else runs, so that a
@@ -220,11 +244,14 @@ class TermOfOffice:
             }
         )
         await self.in_operation(m.reassignment.start_up())
+        clock.mark("reassignments")
         await self.in_operation(m.deletion.process_requests(pending_deletions))
         # Kafka's onControllerFailover ends with tryTopicDeletion: the topics queued above were
         # already known to process_requests (not "fresh"), so nothing else would start them.
         await self.in_operation(m.deletion.resume())
+        clock.mark("deletions")
         await self.in_operation(m.balancer.process_zk_request())
+        clock.mark("preferred_elections")
         if self.settings.auto_leader_rebalance_enable:
             self._rebalance_task = spawn(self._auto_rebalance_timer(), "auto-leader-rebalance", self._on_task_death)
         return FailoverTimings(
@@ -238,6 +265,7 @@ class TermOfOffice:
             load_mode="cold" if isinstance(warm, str) else "warm",
             warm_reread=0 if isinstance(warm, str) else warm.reread,
             cold_reason=warm if isinstance(warm, str) else "",
+            phases_ms=clock.phases,
         )
 
     async def _replica_epochs(self, broker_ids: set[int]) -> ReplicaEpochs:
