@@ -9,10 +9,10 @@ a previous term (a timer, a watch callback, a manager's cache) can act in a late
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, TypeVar, assert_never
 
