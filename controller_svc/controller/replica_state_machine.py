@@ -88,12 +88,15 @@ class ReplicaStateMachine:
         # Without shutting-down brokers or failed log dirs, online is simply live.
         simple = not ctx.shutting_down_broker_ids and not any(ctx.replicas_on_offline_dirs.values())
         live = ctx.live_brokers
+        # tuple.__new__ builds the NamedTuples without their Python-level __new__ (half the cost
+        # of this loop, profiled at 100k partitions).
+        new = tuple.__new__
         for topic, parts in ctx.assignments.items():
             for partition, assignment in parts.items():
-                tp = TopicPartition(topic, partition)
+                tp = new(TopicPartition, (topic, partition))
                 for broker_id in assignment.replicas:
                     online = broker_id in live if simple else ctx.is_replica_online(broker_id, tp)
-                    states[PartitionAndReplica(tp, broker_id)] = online_state if online else offline_state
+                    states[new(PartitionAndReplica, (tp, broker_id))] = online_state if online else offline_state
 
     def resend_online(self, reported: ReplicaEpochs | None) -> tuple[int, int]:
         """Failover: OnlineReplica -> OnlineReplica for every online replica, i.e. a

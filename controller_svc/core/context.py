@@ -15,6 +15,7 @@ from controller_svc.common.model import (
     ReplicaAssignment,
     TopicPartition,
 )
+from controller_svc.core.metadata_encoding import EncodedStates
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,9 @@ class ControllerContext:
     # every broker id this controller has seen registered (a reassignment may target a broker
     # that is down right now, but not one that never existed)
     known_broker_ids: set[int] = field(default_factory=set)
+    # UpdateMetadata's encoded partition states (core/metadata_encoding.py): a cache, never a
+    # source of truth; an entry counts only while its state and assignment are the ones above.
+    encoded_partition_states: EncodedStates = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return (
@@ -108,7 +112,8 @@ class ControllerContext:
         self.assignments.setdefault(tp.topic, {})[tp.partition] = assignment
 
     def all_partitions(self) -> list[TopicPartition]:
-        return [TopicPartition(t, p) for t, parts in self.assignments.items() for p in parts]
+        new = tuple.__new__  # the NamedTuple without its Python-level __new__ (100k+ per call)
+        return [new(TopicPartition, (t, p)) for t, parts in self.assignments.items() for p in parts]
 
     def partitions_for_topic(self, topic: str) -> list[TopicPartition]:
         return [TopicPartition(topic, p) for p in sorted(self.assignments.get(topic, {}))]
@@ -205,3 +210,4 @@ class ControllerContext:
         self.topic_ids.clear()
         self.malformed_topics.clear()
         self.known_broker_ids.clear()
+        self.encoded_partition_states.clear()

@@ -28,6 +28,7 @@ from controller_svc.common.model import (
     TopicPartition,
 )
 from controller_svc.core.context import ControllerContext
+from controller_svc.core.metadata_encoding import encode_field, remember
 from kcontroller.v1 import broker_pb2, common_pb2
 
 EPOCH_DURING_DELETE = -2
@@ -99,37 +100,48 @@ class PreSerialized:
         return bytes(self.head.SerializeToString()) + self.body
 
 
-def metadata_partition_states(ctx: ControllerContext, partitions: Iterable[TopicPartition]) -> list[Any]:
-    """UpdateMetadataPartitionState of each partition, with the lookups hoisted (failover sends
-    every partition to every broker). A partition with no state znode yet is announced without
-    a leader, a topic being deleted with leader -2."""
+def metadata_partition_fields(ctx: ControllerContext, partitions: Iterable[TopicPartition]) -> list[bytes]:
+    """UpdateMetadataPartitionState of each partition as encoded fields of the request (joined,
+    they are its partition_states), with the lookups hoisted (failover sends every partition to
+    every broker) and the common case from the context's cache (core/metadata_encoding.py).
+    A partition with no state znode yet is announced without a leader, a topic being deleted
+    with leader -2."""
     live = ctx.live_or_shutting_down_broker_ids
     offline_dirs = {b: tps for b, tps in ctx.replicas_on_offline_dirs.items() if tps}
     deleting = ctx.topics_to_be_deleted
     states = ctx.partition_states
     assignments = ctx.assignments
+    cache = ctx.encoded_partition_states
     make = common_pb2.PartitionState
-    result = []
+    result: list[bytes] = []
     for tp in partitions:
         topic, partition = tp.topic, tp.partition
         assignment = assignments.get(topic, {}).get(partition)
+        state = states.get(tp)
+        if assignment is not None and state is not None and topic not in deleting:
+            if all(r in live for r in assignment.replicas) and not (
+                offline_dirs and any(tp in offline_dirs.get(r, ()) for r in assignment.replicas)
+            ):
+                result.append(remember(cache, tp, state, assignment))
+                continue
         replicas = list(assignment.replicas) if assignment is not None else []
         if offline_dirs:
             offline = [r for r in replicas if r not in live or tp in offline_dirs.get(r, ())]
         else:
             offline = [r for r in replicas if r not in live]
-        state = states.get(tp)
         if state is None:
             result.append(
-                make(
-                    topic=topic,
-                    partition=partition,
-                    controller_epoch=ctx.epoch,
-                    leader=LEADER_DURING_DELETE if topic in deleting else NO_LEADER,
-                    leader_epoch=-1,
-                    zk_version=-1,
-                    replicas=replicas,
-                    offline_replicas=offline,
+                encode_field(
+                    make(
+                        topic=topic,
+                        partition=partition,
+                        controller_epoch=ctx.epoch,
+                        leader=LEADER_DURING_DELETE if topic in deleting else NO_LEADER,
+                        leader_epoch=-1,
+                        zk_version=-1,
+                        replicas=replicas,
+                        offline_replicas=offline,
+                    )
                 )
             )
         else:
@@ -146,7 +158,7 @@ def metadata_partition_states(ctx: ControllerContext, partitions: Iterable[Topic
             )
             if offline:
                 message.offline_replicas.extend(offline)
-            result.append(message)
+            result.append(encode_field(message))
     return result
 
 
@@ -285,10 +297,13 @@ class RequestBatch:
             )
         if self.update_metadata_brokers:
             metadata_partitions = sorted(self.update_metadata_partitions)
-            body = broker_pb2.UpdateMetadataRequest(
-                partition_states=metadata_partition_states(ctx, metadata_partitions),
-                live_brokers=[live_broker_message(ctx.live_brokers[b]) for b in sorted(ctx.live_brokers)],
-            ).SerializeToString()
+            # Fields concatenate on the wire: the partition states' encoded fields, then the
+            # live brokers, parse as one UpdateMetadataRequest.
+            body = b"".join(metadata_partition_fields(ctx, metadata_partitions)) + bytes(
+                broker_pb2.UpdateMetadataRequest(
+                    live_brokers=[live_broker_message(ctx.live_brokers[b]) for b in sorted(ctx.live_brokers)],
+                ).SerializeToString()
+            )
             for broker_id in sorted(self.update_metadata_brokers):
                 if broker_id not in live:
                     continue

@@ -40,12 +40,15 @@ from controller_svc.common.errors import ControllerError, ZkUnimplementedError
 from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition
 from controller_svc.common.tasks import cancel_and_wait, spawn
 from controller_svc.core.context import ControllerContext
+from controller_svc.core.metadata_encoding import EncodedStates, remember
 
 log = logging.getLogger(__name__)
 
 # Bound on re-read rounds at takeover: after the first, only changes made after the election
 # are left, which the term's watches and notifications cover as after a cold load.
 TAKE_ROUNDS = 3
+# Partition states encoded per slice while standing by (about 10 ms of the standby's loop).
+ENCODE_SLICE = 2000
 
 
 class StandbyZk(Protocol):
@@ -126,6 +129,9 @@ class StandbyMetadata:
         self._dirty_topics: set[str] = set()
         self._dirty_states: set[TopicPartition] = set()
         self._dirty_configs: set[str] = set()
+        # UpdateMetadata's encoded partition states, made while waiting (core/metadata_encoding.py)
+        self._encoded: EncodedStates = {}
+        self._to_encode: set[TopicPartition] = set()
         self._ready_at = None
         metrics.STANDBY_READY.set(0)
 
@@ -177,6 +183,7 @@ class StandbyMetadata:
                     async with self._lock:
                         if self._following.is_set():
                             await self._reload()
+                    await self._encode_pending()
                     continue
                 try:
                     # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation
@@ -192,6 +199,7 @@ class StandbyMetadata:
                     self._wake.clear()
                     if self._following.is_set() and self.ready and self._intact():
                         await self._refresh()
+                await self._encode_pending()
             except ZkUnimplementedError as e:
                 self.unsupported = str(e)
                 log.error("controller %d: no warm standby (failovers load cold): %s", self._id, e)
@@ -271,6 +279,7 @@ class StandbyMetadata:
                     # Gone or malformed: a cold load would not read its states either.
                     for tp in self._partitions_of(topic):
                         self._states.pop(tp, None)
+                        self._encoded.pop(tp, None)
                     self._topics.pop(topic, None)
                     continue
                 self._topics[topic] = loaded
@@ -284,8 +293,10 @@ class StandbyMetadata:
                 state = loads.decode_state_read(tp, path, got_state) if got_state is not None else None
                 if state is None or tp.topic not in self._topics:
                     self._states.pop(tp, None)
+                    self._encoded.pop(tp, None)
                 else:
                     self._states[tp] = state
+                    self._to_encode.add(tp)
         configs, self._dirty_configs = sorted(self._dirty_configs), set()
         if configs:
             got_configs = await self._zk.get_many([f"{paths.CONFIG_TOPICS}/{t}" for t in configs])
@@ -298,6 +309,24 @@ class StandbyMetadata:
                     self._configs[topic] = config
         metrics.STANDBY_ZNODES_READ.inc(read)
         return read
+
+    async def _encode_pending(self) -> None:
+        """Encode the UpdateMetadata fields of the states read since the last time, a slice at a
+        time (the standby's loop serves its own requests meanwhile)."""
+        while self._to_encode and self._following.is_set():
+            async with self._lock:
+                if not self._following.is_set():
+                    return
+                for _ in range(min(ENCODE_SLICE, len(self._to_encode))):
+                    tp = self._to_encode.pop()
+                    state = self._states.get(tp)
+                    loaded = self._topics.get(tp.topic)
+                    assignment = loaded.assignments.get(tp.partition) if loaded is not None else None
+                    if state is None or assignment is None:
+                        self._encoded.pop(tp, None)
+                    else:
+                        remember(self._encoded, tp, state, assignment)
+            await asyncio.sleep(0)
 
     def _partitions_of(self, topic: str) -> list[TopicPartition]:
         loaded = self._topics.get(topic)
@@ -343,8 +372,12 @@ class StandbyMetadata:
                 ctx.topic_ids[topic] = loaded.topic_id
         ctx.malformed_topics.update(self._malformed)
         ctx.topic_configs.update((t, c) for t, c in self._configs.items() if t in self._topics)
-        states = self._states
-        ctx.partition_states.update((tp, states[tp]) for tp in ctx.all_partitions() if tp in states)
+        assignments = ctx.assignments
+        ctx.partition_states.update(
+            (tp, state) for tp, state in self._states.items() if tp.partition in assignments.get(tp.topic, ())
+        )
+        # Entries count only for the very state and assignment objects handed over above.
+        ctx.encoded_partition_states.update(self._encoded)
         metrics.FAILOVER_LOADS.labels("warm").inc()
         return WarmLoad(
             reread=reread,

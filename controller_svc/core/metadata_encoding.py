@@ -1,0 +1,69 @@
+"""UpdateMetadata's partition states, serialized once per partition state and kept.
+
+A failover sends every partition's state to every broker; building 100k protobuf messages was
+one of its two largest costs (bench: `phases_ms.update_metadata`). Protobuf fields concatenate
+on the wire, so the request body is the partition states' encoded fields joined, followed by
+the live brokers; each partition's field is encoded once and reused for as long as its state
+and assignment are the same objects (both are immutable: a change makes new ones). A warm
+standby encodes its copy while it waits, so that its takeover only joins bytes.
+
+Only the common case is kept: a partition with a state, no offline replica and a topic not
+being deleted (what the encoding depends on beyond the two objects). Others are built each time.
+"""
+
+from __future__ import annotations
+
+from controller_svc.common.model import LeaderIsrAndControllerEpoch, ReplicaAssignment, TopicPartition
+from kcontroller.v1 import broker_pb2, common_pb2
+
+# UpdateMetadataRequest.partition_states: its field number, wire type 2 (length-delimited).
+_FIELD = broker_pb2.UpdateMetadataRequest.DESCRIPTOR.fields_by_name["partition_states"].number
+_TAG = bytes([(_FIELD << 3) | 2])
+
+# tp -> (state, assignment, encoded field): valid while both objects are the ones in the context.
+EncodedStates = dict[TopicPartition, tuple[LeaderIsrAndControllerEpoch, ReplicaAssignment, bytes]]
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_field(message: common_pb2.PartitionState) -> bytes:
+    """One element of UpdateMetadataRequest.partition_states, as it appears on the wire."""
+    data = message.SerializeToString()
+    return _TAG + _varint(len(data)) + data
+
+
+def encode_online(tp: TopicPartition, state: LeaderIsrAndControllerEpoch, assignment: ReplicaAssignment) -> bytes:
+    """The field of a partition with a state, every replica live, its topic not being deleted:
+    what `request_batch.metadata_partition_states` builds for it."""
+    return encode_field(
+        common_pb2.PartitionState(
+            topic=tp.topic,
+            partition=tp.partition,
+            controller_epoch=state.controller_epoch,
+            leader=state.leader,
+            leader_epoch=state.leader_epoch,
+            isr=list(state.isr),
+            zk_version=state.zk_version,
+            replicas=list(assignment.replicas),
+        )
+    )
+
+
+def remember(
+    cache: EncodedStates, tp: TopicPartition, state: LeaderIsrAndControllerEpoch, assignment: ReplicaAssignment
+) -> bytes:
+    """The encoded field of the common case, from `cache` when it was made from these very
+    objects, else encoded now and kept."""
+    entry = cache.get(tp)
+    if entry is not None and entry[0] is state and entry[1] is assignment:
+        return entry[2]
+    encoded = encode_online(tp, state, assignment)
+    cache[tp] = (state, assignment, encoded)
+    return encoded

@@ -1,0 +1,81 @@
+"""UpdateMetadata's partition states encoded once and kept (core/metadata_encoding.py): the
+joined fields parse as the messages built each time would; an entry is used only for the very
+state and assignment objects it was made from; partitions whose encoding depends on more (an
+offline replica, a topic being deleted, no state yet) are never taken from the cache."""
+
+from __future__ import annotations
+
+from controller_svc.common.model import LeaderIsrAndControllerEpoch, ReplicaAssignment, TopicPartition
+from controller_svc.core.metadata_encoding import encode_online, remember
+from controller_svc.core.request_batch import RequestBatch, metadata_partition_fields
+from kcontroller.v1 import broker_pb2
+from tests.unit.fakes import RecordingSink, context
+
+T0, T1, T2 = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("t", 2)
+
+
+def _ctx():  # type: ignore[no-untyped-def]
+    ctx = context([1, 2, 3], {"t": {0: [1, 2, 3], 1: [2, 3, 4], 2: [3, 1, 2]}, "gone": {0: [1, 2]}})
+    ctx.partition_states[T0] = LeaderIsrAndControllerEpoch(1, 5, (1, 2, 3), 7, 2)
+    ctx.partition_states[T1] = LeaderIsrAndControllerEpoch(2, 3, (2, 3), 4, 2)
+    ctx.partition_states[TopicPartition("gone", 0)] = LeaderIsrAndControllerEpoch(1, 1, (1, 2), 1, 2)
+    ctx.topics_to_be_deleted.add("gone")
+    return ctx
+
+
+def _parse(fields: list[bytes]) -> broker_pb2.UpdateMetadataRequest:
+    return broker_pb2.UpdateMetadataRequest.FromString(b"".join(fields))
+
+
+def test_the_joined_fields_parse_as_the_partition_states() -> None:
+    ctx = _ctx()
+    partitions = [T0, T1, T2, TopicPartition("gone", 0)]
+    request = _parse(metadata_partition_fields(ctx, partitions))
+    got = {(p.topic, p.partition): p for p in request.partition_states}
+    assert [(p.topic, p.partition) for p in request.partition_states] == [(tp.topic, tp.partition) for tp in partitions]
+    t0 = got[("t", 0)]
+    assert (t0.leader, t0.leader_epoch, list(t0.isr), t0.zk_version, t0.controller_epoch) == (1, 5, [1, 2, 3], 7, 2)
+    assert list(t0.replicas) == [1, 2, 3] and not t0.offline_replicas
+    assert list(got[("t", 1)].offline_replicas) == [4]  # broker 4 is not live
+    assert got[("t", 2)].leader == -1 and got[("t", 2)].leader_epoch == -1  # no state yet
+    assert got[("gone", 0)].leader == -2  # being deleted
+    # Only the common case is kept: t-0.
+    assert set(ctx.encoded_partition_states) == {T0}
+
+
+def test_an_entry_is_used_only_for_the_objects_it_was_made_from() -> None:
+    ctx = _ctx()
+    first = metadata_partition_fields(ctx, [T0])[0]
+    assert metadata_partition_fields(ctx, [T0])[0] is first  # the same bytes object: from the cache
+    # A new state (as every change makes) is encoded again, with what it says.
+    ctx.partition_states[T0] = LeaderIsrAndControllerEpoch(2, 6, (2, 3), 8, 3)
+    again = metadata_partition_fields(ctx, [T0])[0]
+    assert again != first and _parse([again]).partition_states[0].leader == 2
+    # So is a new assignment with the same replicas (equal, but not the object the entry names).
+    ctx.assignments["t"][0] = ReplicaAssignment((2, 3, 1))
+    moved = metadata_partition_fields(ctx, [T0])[0]
+    assert list(_parse([moved]).partition_states[0].replicas) == [2, 3, 1]
+
+
+def test_a_stale_entry_made_elsewhere_is_never_used() -> None:
+    ctx = _ctx()
+    old_state = LeaderIsrAndControllerEpoch(3, 1, (3,), 1, 1)
+    # An entry made from an older state (e.g. by a standby before the state changed).
+    remember(ctx.encoded_partition_states, T0, old_state, ctx.assignments["t"][0])
+    assert ctx.encoded_partition_states[T0][2] == encode_online(T0, old_state, ctx.assignments["t"][0])
+    field = metadata_partition_fields(ctx, [T0])[0]
+    assert _parse([field]).partition_states[0].leader == 1
+
+
+def test_the_update_metadata_request_a_batch_sends_parses_whole() -> None:
+    ctx = _ctx()
+    batch, sink = RequestBatch(9, ctx), RecordingSink()
+    batch.new_batch()
+    batch.add_update_metadata([1, 2], [T0, T1])
+    batch.send(sink)
+    sent = [r for _, api, r in sink.sent if api == "UpdateMetadata"]
+    assert len(sent) == 2
+    for parsed in sent:  # RecordingSink parses what the broker would (head + shared body)
+        assert parsed.controller_id == 9
+        assert [(p.topic, p.partition) for p in parsed.partition_states] == [("t", 0), ("t", 1)]
+        assert sorted(b.id for b in parsed.live_brokers) == [1, 2, 3]
