@@ -100,7 +100,8 @@ class PartitionManager:
             sent_skipped = self.rsm.resend_online(reported)
             await self.rsm.handle_state_changes(offline, ReplicaState.OFFLINE)
         mark("replicas_online_offline")
-        async with self.operation():
+        # Gauges: refreshed by the failover's last step (TermOfOffice.open).
+        async with self.operation(refresh_metrics=False):
             await self.psm.trigger_online_partition_state_change()
         mark("partitions_online")
         return sent_skipped

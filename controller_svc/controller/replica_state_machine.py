@@ -8,6 +8,7 @@ replicas. Invalid transitions are logged and refused.
 from __future__ import annotations
 
 import enum
+import itertools
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -91,7 +92,15 @@ class ReplicaStateMachine:
         # tuple.__new__ builds the NamedTuples without their Python-level __new__ (half the cost
         # of this loop, profiled at 100k partitions).
         new = tuple.__new__
+        # A warm standby made the keys while it waited: a topic whose replicas are all live
+        # needs no loop (the hint counts only for the very per-topic dict it was made from).
+        hint, ctx.replica_keys_hint = ctx.replica_keys_hint, {}
+        live_ids = live.keys()
         for topic, parts in ctx.assignments.items():
+            made = hint.get(topic)
+            if simple and made is not None and made.assignments is parts and made.brokers <= live_ids:
+                states.update(zip(made.keys, itertools.repeat(online_state)))
+                continue
             for partition, assignment in parts.items():
                 tp = new(TopicPartition, (topic, partition))
                 for broker_id in assignment.replicas:

@@ -230,7 +230,8 @@ class TermOfOffice:
         replica_epochs_ms = (time.monotonic() - asked) * 1000
         clock.mark("replica_epochs")
         sent, skipped = await m.partitions.start_up(reported, clock.mark)
-        await self.in_operation(m.reassignment.abandon(self.ctx.topics_to_be_deleted))
+        # The failover's steps each end in a batch; the gauges (full scans) once, after the last.
+        await self.in_operation(m.reassignment.abandon(self.ctx.topics_to_be_deleted), refresh_metrics=False)
         # Kafka's fetchTopicDeletionsInProgress: topics with a replica on a dead broker or a
         # partition being reassigned are ineligible before anything else runs, so that a
         # reassignment completing as it resumes below cannot start their deletion early.
@@ -243,12 +244,12 @@ class TermOfOffice:
                 if not self.ctx.is_replica_online(r.replica, r.tp, include_shutting_down=True)
             }
         )
-        await self.in_operation(m.reassignment.start_up())
+        await self.in_operation(m.reassignment.start_up(), refresh_metrics=False)
         clock.mark("reassignments")
-        await self.in_operation(m.deletion.process_requests(pending_deletions))
+        await self.in_operation(m.deletion.process_requests(pending_deletions), refresh_metrics=False)
         # Kafka's onControllerFailover ends with tryTopicDeletion: the topics queued above were
         # already known to process_requests (not "fresh"), so nothing else would start them.
-        await self.in_operation(m.deletion.resume())
+        await self.in_operation(m.deletion.resume(), refresh_metrics=False)
         clock.mark("deletions")
         await self.in_operation(m.balancer.process_zk_request())
         clock.mark("preferred_elections")
@@ -336,9 +337,10 @@ class TermOfOffice:
             self._put(ev.AutoPreferredReplicaLeaderElection())
             await asyncio.sleep(self.settings.leader_imbalance_check_interval_s)
 
-    async def in_operation(self, work: Awaitable[T]) -> T:
-        """Run a manager's step inside one request batch (sent when it ends)."""
-        async with self.managers.partitions.operation():
+    async def in_operation(self, work: Awaitable[T], refresh_metrics: bool = True) -> T:
+        """Run a manager's step inside one request batch (sent when it ends); the gauges are
+        recomputed after it unless a later step of the same operation will."""
+        async with self.managers.partitions.operation(refresh_metrics):
             return await work
 
     # --- the events of an active controller ------------------------------------------------

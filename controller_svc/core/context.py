@@ -40,6 +40,26 @@ def diff_brokers(known: dict[int, BrokerInfo], current: dict[int, BrokerInfo]) -
     return BrokerDiff(frozenset(new), frozenset(dead), frozenset(bounced), frozenset(changed))
 
 
+@dataclass(frozen=True, slots=True)
+class TopicReplicaKeys:
+    """Every replica of a topic as the replica state machine keys it, and the brokers named."""
+
+    assignments: dict[int, ReplicaAssignment]
+    keys: tuple[PartitionAndReplica, ...]
+    brokers: frozenset[int]
+
+
+def topic_replica_keys(topic: str, assignments: dict[int, ReplicaAssignment]) -> TopicReplicaKeys:
+    new = tuple.__new__  # the NamedTuples without their Python-level __new__
+    keys: list[PartitionAndReplica] = []
+    brokers: set[int] = set()
+    for partition, assignment in assignments.items():
+        tp = new(TopicPartition, (topic, partition))
+        brokers.update(assignment.replicas)
+        keys.extend(new(PartitionAndReplica, (tp, b)) for b in assignment.replicas)
+    return TopicReplicaKeys(assignments, tuple(keys), frozenset(brokers))
+
+
 @dataclass
 class ControllerContext:
     epoch: int = 0
@@ -62,6 +82,10 @@ class ControllerContext:
     # UpdateMetadata's encoded partition states (core/metadata_encoding.py): a cache, never a
     # source of truth; an entry counts only while its state and assignment are the ones above.
     encoded_partition_states: EncodedStates = field(default_factory=dict)
+    # From a warm standby, for the replica state machine's start-up only (then dropped): per
+    # topic, the replica keys of its assignments and the brokers they name, made from the very
+    # per-topic dict now in `assignments` (valid while that object is there unchanged).
+    replica_keys_hint: dict[str, TopicReplicaKeys] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return (
@@ -211,3 +235,4 @@ class ControllerContext:
         self.malformed_topics.clear()
         self.known_broker_ids.clear()
         self.encoded_partition_states.clear()
+        self.replica_keys_hint.clear()

@@ -267,3 +267,31 @@ async def test_unclean_permission_is_read_from_zookeeper_at_the_election_not_fro
     await psm3.handle_state_changes([T0], PartitionState.ONLINE, ElectionStrategy.OFFLINE)
     batch3.clear()
     assert store3.znodes[T0].leader == 2 and store3.config_reads == 0
+
+
+@pytest.mark.parametrize("case", ["fresh", "replaced_dict", "dead_broker"])
+def test_replica_start_up_with_a_standbys_keys_equals_the_start_up_without(case: str) -> None:
+    """The warm standby's replica keys (ControllerContext.replica_keys_hint) only save the loop:
+    the states are the same, in the same order; a hint made from another per-topic dict (here
+    with other replicas), or for a topic with a replica on a dead broker, is not used; the hint
+    is dropped after one use."""
+    from controller_svc.common.model import ReplicaAssignment
+    from controller_svc.core.context import topic_replica_keys
+
+    ctx = context((1, 2, 3, 4), {"t": {0: [1, 2, 3], 1: [2, 3, 4]}, "u": {0: [3, 1]}})
+    rsm = ReplicaStateMachine(ctx, FakePartitionStore(), RequestBatch(9, ctx), null_log(), 9)
+    hint = {t: topic_replica_keys(t, parts) for t, parts in ctx.assignments.items()}
+    if case == "replaced_dict":
+        ctx.assignments["t"] = {0: ReplicaAssignment((4, 1)), 1: ReplicaAssignment((2, 3, 4))}
+    if case == "dead_broker":
+        del ctx.live_brokers[4]
+    rsm.initialize()
+    expected = list(rsm.states.items())
+    ctx.replica_keys_hint = dict(hint)
+    rsm.initialize()
+    assert list(rsm.states.items()) == expected
+    assert ctx.replica_keys_hint == {}
+    if case == "dead_broker":
+        assert rsm.states[PartitionAndReplica(TopicPartition("t", 1), 4)] is ReplicaState.DELETION_INELIGIBLE
+    if case == "replaced_dict":
+        assert PartitionAndReplica(TopicPartition("t", 0), 4) in rsm.states

@@ -39,7 +39,7 @@ from controller_svc.common import metrics
 from controller_svc.common.errors import ControllerError, ZkUnimplementedError
 from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition
 from controller_svc.common.tasks import cancel_and_wait, spawn
-from controller_svc.core.context import ControllerContext
+from controller_svc.core.context import ControllerContext, TopicReplicaKeys, topic_replica_keys
 from controller_svc.core.metadata_encoding import EncodedStates, remember
 
 log = logging.getLogger(__name__)
@@ -132,6 +132,7 @@ class StandbyMetadata:
         # UpdateMetadata's encoded partition states, made while waiting (core/metadata_encoding.py)
         self._encoded: EncodedStates = {}
         self._to_encode: set[TopicPartition] = set()
+        self._replica_keys: dict[str, TopicReplicaKeys] = {}
         self._ready_at = None
         metrics.STANDBY_READY.set(0)
 
@@ -281,8 +282,10 @@ class StandbyMetadata:
                         self._states.pop(tp, None)
                         self._encoded.pop(tp, None)
                     self._topics.pop(topic, None)
+                    self._replica_keys.pop(topic, None)
                     continue
                 self._topics[topic] = loaded
+                self._replica_keys[topic] = topic_replica_keys(topic, loaded.assignments)
                 self._dirty_states.update(TopicPartition(topic, p) for p in loaded.assignments)
         states, self._dirty_states = list(self._dirty_states), set()
         if states:
@@ -378,6 +381,7 @@ class StandbyMetadata:
         )
         # Entries count only for the very state and assignment objects handed over above.
         ctx.encoded_partition_states.update(self._encoded)
+        ctx.replica_keys_hint.update(self._replica_keys)
         metrics.FAILOVER_LOADS.labels("warm").inc()
         return WarmLoad(
             reread=reread,
