@@ -119,7 +119,7 @@ def metadata_partition_fields(ctx: ControllerContext, partitions: Iterable[Topic
         assignment = assignments.get(topic, {}).get(partition)
         state = states.get(tp)
         if assignment is not None and state is not None and topic not in deleting:
-            if all(r in live for r in assignment.replicas) and not (
+            if live.issuperset(assignment.replicas) and not (
                 offline_dirs and any(tp in offline_dirs.get(r, ()) for r in assignment.replicas)
             ):
                 result.append(remember(cache, tp, state, assignment))
