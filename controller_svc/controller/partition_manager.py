@@ -40,6 +40,7 @@ class PartitionManager:
     ) -> None:
         self.controller_id = controller_id
         self.ctx = ctx
+        self._state_machines_initialized = False
         self.sink = sink
         self.batch = RequestBatch(
             controller_id, ctx, on_leader_and_isr_response, on_stop_replica_response, controller_endpoint
@@ -81,6 +82,13 @@ class PartitionManager:
 
     # --- failover -------------------------------------------------------------------------------
 
+    def initialize_state_machines(self) -> None:
+        """The failover's start of both state machines from the context (pure, CPU only): may
+        run before `start_up`, e.g. while waiting for the brokers' replica epochs."""
+        self.rsm.initialize()
+        self.psm.initialize()
+        self._state_machines_initialized = True
+
     async def start_up(
         self, reported: ReplicaEpochs | None = None, mark: Callable[[str], None] = lambda _phase: None
     ) -> tuple[int, int]:
@@ -91,10 +99,10 @@ class PartitionManager:
         async with self.operation(refresh_metrics=False) as batch:
             batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, self.ctx.all_partitions())
         mark("update_metadata")
-        self.rsm.initialize()
-        mark("replica_states_init")
-        self.psm.initialize()
-        mark("partition_states_init")
+        if not self._state_machines_initialized:
+            self.initialize_state_machines()
+            mark("state_machines_init")
+        self._state_machines_initialized = False
         offline = [r for r, s in self.rsm.states.items() if s is not ReplicaState.ONLINE]
         async with self.operation(refresh_metrics=False):
             sent_skipped = self.rsm.resend_online(reported)

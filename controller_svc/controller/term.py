@@ -226,9 +226,12 @@ class TermOfOffice:
             self.ctx.topics_to_be_deleted.update(pending_deletions & set(self.ctx.assignments))
         clock.mark("channels_and_managers")
         asked = time.monotonic()
-        reported = await self._replica_epochs(set(brokers)) if self.settings.failover_replica_epochs_enable else None
+        reported = None
+        if self.settings.failover_replica_epochs_enable:
+            # The state machines' start-up (pure, CPU) runs while the brokers compose their answers.
+            reported = await self._replica_epochs(set(brokers), while_waiting=m.partitions.initialize_state_machines)
+            clock.mark("replica_epochs_and_state_machines_init")
         replica_epochs_ms = (time.monotonic() - asked) * 1000
-        clock.mark("replica_epochs")
         sent, skipped = await m.partitions.start_up(reported, clock.mark)
         # The failover's steps each end in a batch; the gauges (full scans) once, after the last.
         await self.in_operation(m.reassignment.abandon(self.ctx.topics_to_be_deleted), refresh_metrics=False)
@@ -269,12 +272,16 @@ class TermOfOffice:
             phases_ms=clock.phases,
         )
 
-    async def _replica_epochs(self, broker_ids: set[int]) -> ReplicaEpochs:
+    async def _replica_epochs(
+        self, broker_ids: set[int], while_waiting: Callable[[], None] = lambda: None
+    ) -> ReplicaEpochs:
         """DescribeReplicaEpochs to every live broker, first in its queue; the answers that
         arrive within the timeout (core/replica_epochs.py says what they allow). A broker that
-        refuses, fails or is slow is left out: it gets every LeaderAndIsr."""
+        refuses, fails or is slow is left out: it gets every LeaderAndIsr. `while_waiting` runs
+        once the questions are on their way."""
         assert self.channels is not None
         loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.failover_replica_epochs_timeout_s
         answers: dict[int, asyncio.Future[Any]] = {}
         for broker_id in sorted(broker_ids):
             answer: asyncio.Future[Any] = loop.create_future()
@@ -289,8 +296,11 @@ class TermOfOffice:
                 single_attempt_timeout_s=self.settings.failover_replica_epochs_timeout_s,
             ):
                 answers[broker_id] = answer
+        for _ in range(3):
+            await asyncio.sleep(0)  # the senders put the questions on the wire
+        while_waiting()
         if answers:
-            await asyncio.wait(answers.values(), timeout=self.settings.failover_replica_epochs_timeout_s)
+            await asyncio.wait(answers.values(), timeout=max(0.0, deadline - loop.time()))
         reported: dict[int, dict[str, dict[int, int]]] = {}
         for broker_id, answer in sorted(answers.items()):
             if not answer.done():
