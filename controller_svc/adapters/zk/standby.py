@@ -184,6 +184,8 @@ class StandbyMetadata:
                     async with self._lock:
                         if self._following.is_set():
                             await self._reload()
+                    if not self.ready:
+                        await asyncio.sleep(0.5)  # the connection changed during the read: again
                     await self._encode_pending()
                     continue
                 try:
@@ -347,7 +349,12 @@ class StandbyMetadata:
             try:
                 return await self._take(ctx)
             finally:
+                # While active, nothing is followed: the tree watches' callbacks go (their
+                # events stop on the ZooKeeper thread) until `follow` arms them again.
                 self._listening = False
+                for arming in self._armings:
+                    self._zk.unwatch_tree(arming.path)
+                self._armings = []
                 self._reset()
 
     async def _take(self, ctx: ControllerContext) -> WarmLoad | str:
