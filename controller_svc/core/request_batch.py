@@ -28,7 +28,7 @@ from controller_svc.common.model import (
     TopicPartition,
 )
 from controller_svc.core.context import ControllerContext
-from controller_svc.core.metadata_encoding import encode_field, remember
+from controller_svc.core.metadata_encoding import encode_field, remember, state_message
 from kcontroller.v1 import broker_pb2, common_pb2
 
 EPOCH_DURING_DELETE = -2
@@ -145,17 +145,8 @@ def metadata_partition_fields(ctx: ControllerContext, partitions: Iterable[Topic
                 )
             )
         else:
-            # Lists, and no empty offline list: upb builds these several times faster.
-            message = make(
-                topic=topic,
-                partition=partition,
-                controller_epoch=state.controller_epoch,
-                leader=LEADER_DURING_DELETE if topic in deleting else state.leader,
-                leader_epoch=state.leader_epoch,
-                isr=list(state.isr),
-                zk_version=state.zk_version,
-                replicas=replicas,
-            )
+            # No empty offline list: upb builds these several times faster.
+            message = state_message(tp, state, replicas, LEADER_DURING_DELETE if topic in deleting else state.leader)
             if offline:
                 message.offline_replicas.extend(offline)
             result.append(encode_field(message))
@@ -165,18 +156,8 @@ def metadata_partition_fields(ctx: ControllerContext, partitions: Iterable[Topic
 def _partition_state(
     tp: TopicPartition, state: LeaderIsrAndControllerEpoch, assignment: ReplicaAssignment, is_new: bool
 ) -> common_pb2.PartitionState:
-    # upb builds repeated fields from lists faster than from tuples, and an omitted field
-    # costs nothing: the reassignment sets are empty but during a reassignment.
-    message = common_pb2.PartitionState(
-        topic=tp.topic,
-        partition=tp.partition,
-        controller_epoch=state.controller_epoch,
-        leader=state.leader,
-        leader_epoch=state.leader_epoch,
-        isr=list(state.isr),
-        zk_version=state.zk_version,
-        replicas=list(assignment.replicas),
-    )
+    # The reassignment sets are empty but during a reassignment: omitted, they cost nothing.
+    message = state_message(tp, state, list(assignment.replicas), state.leader)
     if assignment.adding:
         message.adding_replicas.extend(assignment.adding)
     if assignment.removing:
