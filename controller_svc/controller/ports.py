@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from controller_svc.adapters.channel_manager import ResponseCallback
 from controller_svc.adapters.zk.client import OpResult, WatchCallback, ZkOp, ZnodeStat
 from controller_svc.adapters.zk.loads import LoadedTopic
+from controller_svc.adapters.zk.standby import WarmLoad
 from controller_svc.adapters.zk.store import ActiveController, EpochFence
 from controller_svc.common.model import BrokerInfo, TopicPartition
 from controller_svc.core.context import ControllerContext
@@ -60,6 +61,13 @@ class ControllerStore(Protocol):
     # this controller's endpoint (ephemeral, outside the fence)
     async def create_ephemeral(self, path: str, data: bytes) -> None: ...
     async def delete(self, path: str, version: int) -> None: ...
+
+
+class StandbyCopy(Protocol):
+    """The metadata a standby kept while waiting (adapters.zk.standby.StandbyMetadata): handed
+    to the new term's context after verification, or the reason it cannot be trusted."""
+
+    async def take(self, ctx: ControllerContext) -> WarmLoad | str: ...
 
 
 class BrokerChannels(Protocol):

@@ -19,7 +19,6 @@ from typing import Any, TypeVar, assert_never
 from controller_svc.adapters.channel_manager import ApiKind, ChannelManager, ClientFactory
 from controller_svc.adapters.zk import paths
 from controller_svc.adapters.zk.client import CreateOp, WatchKind
-from controller_svc.adapters.zk.standby import StandbyMetadata
 from controller_svc.common import metrics
 from controller_svc.common.errors import ErrorCode, ZkNodeExistsError
 from controller_svc.common.model import TopicPartition
@@ -33,7 +32,7 @@ from controller_svc.controller.notifications import NotificationProcessor
 from controller_svc.controller.notifications import clear_before_load as clear_notifications_before_load
 from controller_svc.controller.partition_manager import PartitionManager
 from controller_svc.controller.partition_state_machine import PartitionStateStore
-from controller_svc.controller.ports import ControllerStore
+from controller_svc.controller.ports import ControllerStore, StandbyCopy
 from controller_svc.controller.reassignment import ReassignmentManager
 from controller_svc.controller.settings import ControllerSettings
 from controller_svc.controller.topic_admin import TopicAdmin
@@ -104,7 +103,7 @@ class TermOfOffice:
         client_factory: ClientFactory,
         put: Callable[[ev.ControllerEvent], object],
         self_stop: SelfStop | None = None,
-        standby: StandbyMetadata | None = None,
+        standby: StandbyCopy | None = None,
     ) -> None:
         self._self_stop = self_stop
         self._standby = standby
