@@ -123,3 +123,48 @@ async def test_a_standby_that_read_none_of_the_changes_takes_over_with_what_zook
         ), key
     for p, isr in shrunk.items():
         assert list(seen[("w", p)].isr) == isr
+
+
+async def test_a_reconnect_loses_the_tree_watch_and_the_arming_says_so(tmp_path: Any) -> None:
+    """The assumption the standby's verification rests on, on the real server: a persistent
+    recursive watch lives on its connection. After the server restarts (the session survives and
+    the client reconnects), changes are no longer heard until the watch is armed again, and
+    `tree_watch_intact` reports the old arming broken, so a standby would not trust its copy."""
+    from controller_svc.adapters.zk.client import WatchKind, ZkClient
+    from controller_svc.devtools import zookeeper_launcher
+
+    server = await asyncio.to_thread(zookeeper_launcher.start, tmp_path / "zk", 1, 500)
+    zk = ZkClient(server.connect, 30000)
+    writer = ZkClient(server.connect, 30000)
+    try:
+        await zk.start(timeout_s=30)
+        await writer.start(timeout_s=30)
+        await zk.ensure_path("/tw")
+        heard: list[tuple[WatchKind, str]] = []
+        arming = await zk.watch_tree("/tw", lambda kind, path: heard.append((kind, path)))
+        await writer.create("/tw/before", b"")
+        await eventually(lambda: asyncio.sleep(0, heard == [(WatchKind.CREATED, "/tw/before")]), 10, what="an event")
+        session = zk.session_id
+        await asyncio.to_thread(server.stop_node, 0)
+        await asyncio.to_thread(server.restart_node, 0)
+
+        async def reconnected() -> bool:
+            return zk.connected and await zk.exists("/tw") is not None
+
+        await eventually(reconnected, 60, what="the client back on the restarted server")
+        assert zk.session_id == session, "the session was expected to survive the restart"
+        assert not zk.tree_watch_intact(arming)
+        await eventually(lambda: asyncio.sleep(0, writer.connected), 60, what="the writer back")
+        await writer.create("/tw/unheard", b"")
+        await asyncio.sleep(1.0)
+        assert (WatchKind.CREATED, "/tw/unheard") not in heard  # lost with the connection
+        again = await zk.watch_tree("/tw", lambda kind, path: heard.append((kind, path)))
+        assert zk.tree_watch_intact(again)
+        await writer.create("/tw/heard", b"")
+        await eventually(
+            lambda: asyncio.sleep(0, (WatchKind.CREATED, "/tw/heard") in heard), 10, what="the event after re-arming"
+        )
+    finally:
+        await zk.close()
+        await writer.close()
+        await asyncio.to_thread(server.stop)
