@@ -3,7 +3,6 @@ znode in series). Corrupt znodes are reported, counted and skipped; they never s
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Sequence
@@ -121,29 +120,16 @@ def decode_config_read(topic: str, got: tuple[bytes, ZnodeStat]) -> dict[str, st
         return None
 
 
-# Partition states are read in slices of this many, all requested at once: the main thread
-# decodes a slice while the session's thread and the server still work on the next ones.
-STATE_READ_SLICE = 10000
-
-
 async def load_partition_states(zk: ZkClient, ctx: ControllerContext, partitions: Sequence[TopicPartition]) -> None:
-    slices = [partitions[i : i + STATE_READ_SLICE] for i in range(0, len(partitions), STATE_READ_SLICE)]
-    slice_paths = [[paths.partition_state_path(tp.topic, tp.partition) for tp in part] for part in slices]
-    reads = [asyncio.ensure_future(zk.get_many(state_paths)) for state_paths in slice_paths]
-    try:
-        for part, state_paths, read in zip(slices, slice_paths, reads, strict=True):
-            states = await read
-            for tp, path, got in zip(part, state_paths, states, strict=True):
-                if got is None:
-                    ctx.partition_states.pop(tp, None)
-                    continue
-                state = decode_state_read(tp, path, got)
-                if state is not None:
-                    ctx.partition_states[tp] = state
-    finally:
-        for read in reads:
-            read.cancel()  # after a failure: nothing is left running (a no-op for finished ones)
-        await asyncio.gather(*reads, return_exceptions=True)
+    state_paths = [paths.partition_state_path(tp.topic, tp.partition) for tp in partitions]
+    states = await zk.get_many(state_paths)
+    for tp, path, got in zip(partitions, state_paths, states, strict=True):
+        if got is None:
+            ctx.partition_states.pop(tp, None)
+            continue
+        state = decode_state_read(tp, path, got)
+        if state is not None:
+            ctx.partition_states[tp] = state
 
 
 async def load_topic_configs(zk: ZkClient, topics: Sequence[str]) -> dict[str, dict[str, str]]:
