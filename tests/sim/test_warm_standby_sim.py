@@ -10,12 +10,13 @@ import json
 
 from broker_stub.isr import change_isr
 from controller_svc.adapters.zk import paths
-from controller_svc.common.errors import ErrorCode
+from controller_svc.common.errors import ErrorCode, ZkUnimplementedError
 from controller_svc.common.model import TopicPartition
 from controller_svc.controller.controller import Controller
 from controller_svc.core.context import ControllerContext
 from tests.sim.cluster import SimCluster
 from tests.sim.test_failover_windows_sim import _failovers, _topic_t_online
+from tests.sim.zk_model import SimZkClient
 
 
 async def _standby_ready(cluster: SimCluster, controller_id: int) -> Controller:
@@ -119,6 +120,34 @@ async def test_a_standby_whose_session_was_replaced_does_not_trust_its_copy_unti
         await cluster.stop_controller(1)
         await cluster.until(lambda: standby.is_active and len(completed) == 2, what="controller 2's failover")
         assert completed[-1]["load_mode"] == "warm", completed[-1]
+        assert cluster.differs_from_zookeeper(standby.context) == ""
+        cluster.safety()
+    finally:
+        await cluster.stop_all()
+
+
+async def test_a_zookeeper_without_add_watch_means_cold_failovers_and_nothing_else() -> None:
+    """ZooKeeper before 3.6 (Kafka 2.8 ships 3.5) has no addWatch: the standby says so once,
+    stops trying, and its takeovers load cold; everything else works as before."""
+    cluster = SimCluster(brokers=3, auto_leader_rebalance_enable=False)
+    completed = _failovers(cluster)
+
+    def without_add_watch(zk: SimZkClient) -> None:
+        async def refuse(path: str, callback: object) -> None:
+            raise ZkUnimplementedError(f"ZooKeeper has no addWatch (needs 3.6+): {path}")
+
+        zk.watch_tree = refuse  # type: ignore[method-assign,assignment]
+
+    try:
+        await _topic_t_online(cluster, 4)
+        standby = await cluster.start_controller(2, before_start=without_add_watch)
+        assert standby.standby is not None
+        copy = standby.standby
+        await cluster.until(lambda: copy.unsupported is not None, what="the standby to find addWatch missing")
+        await cluster.stop_controller(1)
+        await cluster.until(lambda: standby.is_active and len(completed) == 2, what="controller 2's failover")
+        failover = completed[-1]
+        assert failover["load_mode"] == "cold" and failover["cold_reason"].startswith("unsupported"), failover
         assert cluster.differs_from_zookeeper(standby.context) == ""
         cluster.safety()
     finally:
