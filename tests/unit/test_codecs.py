@@ -78,6 +78,10 @@ def test_partition_state_round_trip() -> None:
     data = codecs.encode_partition_state(state)
     assert data == b'{"controller_epoch":2,"leader":1,"version":1,"leader_epoch":4,"isr":[1,2]}'
     assert codecs.decode_partition_state("/p", data, 9) == state
+    offline = LeaderIsrAndControllerEpoch(leader=-1, leader_epoch=2147483647, isr=(), zk_version=0, controller_epoch=7)
+    assert codecs.encode_partition_state(offline) == (
+        b'{"controller_epoch":7,"leader":-1,"version":1,"leader_epoch":2147483647,"isr":[]}'
+    )
     with pytest.raises(CorruptZnodeError):
         codecs.decode_partition_state("/p", b'{"leader":1}', 0)
 

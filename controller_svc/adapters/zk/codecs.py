@@ -145,7 +145,10 @@ def decode_broker_registration(broker_id: int, data: bytes | None, broker_epoch:
 
 
 def encode_partition_state(state: LeaderIsrAndControllerEpoch) -> bytes:
-    return _dumps(
+    # orjson: integers only, so byte for byte what Kafka's Json.encodeAsBytes writes (compact,
+    # keys in this order), about ten times faster than json.dumps: one call per state written
+    # (10k at a controlled shutdown of a broker leading 10k).
+    return orjson.dumps(
         {
             "controller_epoch": state.controller_epoch,
             "leader": state.leader,
