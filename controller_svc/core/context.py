@@ -197,11 +197,14 @@ class ControllerContext:
     def remove_topic(self, topic: str) -> None:
         for tp in self.partitions_for_topic(topic):
             self.partition_states.pop(tp, None)
+            # The encoding cache would otherwise keep every deleted topic's partitions.
+            self.encoded_partition_states.pop(tp, None)
             for offline in self.replicas_on_offline_dirs.values():
                 offline.discard(tp)
         self.assignments.pop(topic, None)
         self.topic_configs.pop(topic, None)
         self.topic_ids.pop(topic, None)
+        self.replica_keys_hint.pop(topic, None)
         self.topics_to_be_deleted.discard(topic)
         self.topics_ineligible_for_deletion.discard(topic)
 

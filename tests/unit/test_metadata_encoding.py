@@ -79,3 +79,12 @@ def test_the_update_metadata_request_a_batch_sends_parses_whole() -> None:
         assert parsed.controller_id == 9
         assert [(p.topic, p.partition) for p in parsed.partition_states] == [("t", 0), ("t", 1)]
         assert sorted(b.id for b in parsed.live_brokers) == [1, 2, 3]
+
+
+def test_a_deleted_topic_leaves_nothing_in_the_cache() -> None:
+    """Topic churn must not grow the cache: removing a topic drops its partitions' entries."""
+    ctx = _ctx()
+    metadata_partition_fields(ctx, [T0])
+    assert T0 in ctx.encoded_partition_states
+    ctx.remove_topic("t")
+    assert ctx.encoded_partition_states == {}
