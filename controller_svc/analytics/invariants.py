@@ -13,7 +13,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from controller_svc.analytics import schema
-from controller_svc.analytics.timelines import of_kind, position, ref
+from controller_svc.analytics.timelines import POSITION_COLUMNS, of_kind, position, ref
 
 VIOLATION_COLUMNS = ("cluster", "invariant", "subject", "detail", "ts", "records")
 
@@ -148,21 +148,38 @@ def leader_epoch_regression(events: DataFrame) -> DataFrame:
     roles = of_kind(events, "partition.role_changed").filter(
         (F.col("node_role") == "broker") & F.col("role").isin("leader", "follower", "deleted")
     )
-    starts = (
-        of_kind(events, "broker.started")
-        .groupBy("cluster", "node")
-        .agg(F.collect_list(position()).alias("starts"))  # a handful per broker: its restarts
+    # Each broker process's lifetime, [its broker.started, the next one): a handful per broker,
+    # broadcast, so every role change finds its incarnation by one hash lookup and a range test
+    # (a higher-order filter over the starts per row is interpreted, and was most of the cost).
+    in_node = Window.partitionBy("cluster", "node").orderBy(*POSITION_COLUMNS)
+    lifetimes = of_kind(events, "broker.started").select(
+        "cluster",
+        "node",
+        position().alias("started_pos"),
+        F.row_number().over(in_node).alias("incarnation"),
+        F.lead(position()).over(in_node).alias("next_started_pos"),
     )
-    with_incarnation = roles.join(F.broadcast(starts), ["cluster", "node"], "left").withColumn(
-        "incarnation",
-        F.size(F.filter(F.coalesce(F.col("starts"), F.array()), lambda start: start <= position())),
+    with_incarnation = (
+        roles.alias("r")
+        .join(
+            F.broadcast(lifetimes.alias("l")),
+            (F.col("r.cluster") == F.col("l.cluster"))
+            & (F.col("r.node") == F.col("l.node"))
+            & (F.col("l.started_pos") <= position())
+            & (F.col("l.next_started_pos").isNull() | (position() < F.col("l.next_started_pos"))),
+            "left",
+        )
+        .select("r.*", F.coalesce(F.col("l.incarnation"), F.lit(0)).alias("incarnation"))
     )
     # The numeric key first: Spark's sort compares a prefix of the first key, and cluster is often constant.
-    timeline = Window.partitionBy("partition", "node", "topic", "cluster").orderBy(position())
+    timeline = Window.partitionBy("partition", "node", "topic", "cluster").orderBy(*POSITION_COLUMNS)
     before = timeline.rowsBetween(Window.unboundedPreceding, -1)
+    is_deleted = F.col("role") == "deleted"
+    # Deletions count generations and contribute nothing to the highest epoch so far (both
+    # windows share one sort).
     generations = with_incarnation.withColumn(
-        "generation", F.coalesce(F.sum(F.when(F.col("role") == "deleted", 1).otherwise(0)).over(before), F.lit(0))
-    ).filter(F.col("role") != "deleted")
+        "generation", F.coalesce(F.sum(is_deleted.cast("int")).over(before), F.lit(0))
+    )
     regressed = generations.select(
         *keys,
         "ts",
@@ -171,11 +188,12 @@ def leader_epoch_regression(events: DataFrame) -> DataFrame:
         "generation",
         "incarnation",
         evidence().alias("evidence"),
-        F.max(F.struct("generation", "leader_epoch", "incarnation", evidence().alias("evidence")))
+        F.max(F.when(~is_deleted, F.struct("generation", "leader_epoch", "incarnation", evidence().alias("evidence"))))
         .over(before)
         .alias("prev"),
     ).filter(
-        (F.col("prev.generation") == F.col("generation"))
+        ~is_deleted
+        & (F.col("prev.generation") == F.col("generation"))
         & (
             (F.col("leader_epoch") < F.col("prev.leader_epoch"))
             | (

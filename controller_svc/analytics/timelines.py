@@ -13,10 +13,12 @@ from pyspark.sql import functions as F
 
 from controller_svc.analytics import schema
 
+POSITION_COLUMNS = ("ts", "file", "block", "mid")
+
 
 def position() -> Column:
     """Order of records: time, then the order of lines within a file (ingest's block and mid)."""
-    return F.struct("ts", "file", "block", "mid")
+    return F.struct(*POSITION_COLUMNS)
 
 
 def ref() -> Column:
@@ -376,7 +378,8 @@ def offline_intervals(events: DataFrame, leaders: DataFrame) -> DataFrame:
         *keys, F.col("leader").alias("broker"), "leader_epoch", "from_pos", "until_pos"
     )
     broker_lost = (
-        lost_brokers.join(led, ["cluster", "broker"])
+        F.broadcast(lost_brokers)
+        .join(led, ["cluster", "broker"])
         .filter(
             (F.col("from_pos") <= F.col("pos")) & (F.col("until_pos").isNull() | (F.col("pos") < F.col("until_pos")))
         )
