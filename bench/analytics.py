@@ -3,11 +3,18 @@
     python -m bench.analytics --events 1000000 --events 10000000
 
 For each size: generate a history (30 brokers, 10k partitions, failovers, broker failures,
-preferred elections; cached under --dir), then time the whole analysis on `local[*]` in a warm
-JVM. The floor, measured in the same run on the same files: Spark itself reading the JSON
-with the same schema and hashing every column (the parse, without any analysis). Prints JSON:
-events/s per size, the ratio to the floor, and whether cost grows linearly (seconds per
-million events at the largest size over the smallest). Target: 10M events under 180 s.
+preferred elections; cached under --dir), then time
+
+- `cold_s`: the command an operator runs, `controller-svc analyze LOGDIR --out OUTDIR`, as a new
+  process from start to exit (Python, the JVM and Spark's start-up included), with the job's own
+  seconds per step (`timings_s` of its summary.json: where the time goes);
+- `warm_s`: the same analysis again in this process's JVM, already warm;
+- the floor, in the same run on the same files: Spark itself reading the JSON with the same
+  schema and hashing every column (the parse, without any analysis), warm.
+
+Prints JSON: both times per size, their ratios to the floor, and whether the cost per event is
+flat (seconds per million events at the largest size over the smallest). Targets (issue 13):
+10M events under 90 s cold, under 3x the floor.
 """
 
 from __future__ import annotations
@@ -16,13 +23,17 @@ import argparse
 import json
 import pathlib
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from typing import Any
 
+from bench import common
 from controller_svc.analytics import ingest, job, session, synthetic
 
-TARGET_S_FOR_10M = 180.0
+TARGET_COLD_S_FOR_10M = 90.0
+TARGET_RATIO_TO_FLOOR = 3.0
 
 
 def history(base: pathlib.Path, events: int) -> tuple[pathlib.Path, dict[str, Any]]:
@@ -50,15 +61,34 @@ def floor_seconds(spark: Any, logs: pathlib.Path) -> float:
     return time.monotonic() - started
 
 
+def cold_run(logs: pathlib.Path, out: pathlib.Path, master: str) -> tuple[float, dict[str, Any]]:
+    """The whole command in a new process: what an operator waits for."""
+    started = time.monotonic()
+    subprocess.run(
+        [sys.executable, "-m", "controller_svc.cli.main", "analyze", str(logs), "--out", str(out), "--master", master],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    took = time.monotonic() - started
+    return took, json.loads((out / "summary.json").read_text())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, action="append", help="history sizes (repeatable)")
     parser.add_argument("--dir", default=str(pathlib.Path(tempfile.gettempdir()) / "kc-bench-analytics"))
     parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--out", help="also write the report (JSON) here, e.g. bench/results/analytics-10m.json")
     args = parser.parse_args()
     sizes = sorted(args.events or [1_000_000, 10_000_000])
     base = pathlib.Path(args.dir)
     base.mkdir(parents=True, exist_ok=True)
+    cold: dict[int, tuple[float, dict[str, Any]]] = {}
+    for size in sizes:
+        logs, _ = history(base, size)
+        # Before this process starts its own JVM: two would share the 2 cores.
+        cold[size] = cold_run(logs, base / f"out-cold-{size}", args.master)
+        print(json.dumps({"events": size, "cold_s": round(cold[size][0], 1)}), flush=True)
     spark = session.build(args.master)
     # Warm the JVM (class loading, JIT) on a small history, as a long-running analysis would be.
     warm_logs, _ = history(base, 20_000)
@@ -71,34 +101,48 @@ def main() -> None:
         outcome = job.analyze(spark, [str(logs)], str(base / f"out-{size}"))
         took = time.monotonic() - started
         summary = outcome.summary
+        cold_s, cold_summary = cold[size]
         results.append(
             {
                 "events": summary["events"],
-                "seconds": round(took, 1),
-                "events_per_s": round(summary["events"] / took),
+                "cold_s": round(cold_s, 1),
+                "warm_s": round(took, 1),
+                "events_per_s_cold": round(summary["events"] / cold_s),
                 "floor_json_parse_s": round(floor, 1),
-                "ratio_to_floor": round(took / floor, 2),
-                "answers_match": summary["violations"] == expected["violations"]
-                and summary["availability"]["failovers"] == expected["failovers"]
-                and summary["availability"]["offline_intervals"] == expected["offline_intervals"],
+                "cold_ratio_to_floor": round(cold_s / floor, 2),
+                "warm_ratio_to_floor": round(took / floor, 2),
+                "cold_timings_s": cold_summary.get("timings_s"),
+                "warm_timings_s": summary.get("timings_s"),
+                "answers_match": all(
+                    s["violations"] == expected["violations"]
+                    and s["availability"]["failovers"] == expected["failovers"]
+                    and s["availability"]["offline_intervals"] == expected["offline_intervals"]
+                    for s in (summary, cold_summary)
+                ),
             }
         )
         print(json.dumps(results[-1]), flush=True)
     spark.stop()
-    per_million = [r["seconds"] / (r["events"] / 1e6) for r in results]
+    per_million = [r["cold_s"] / (r["events"] / 1e6) for r in results]
     report: dict[str, Any] = {
         "benchmark": "analytics",
         "master": args.master,
+        "machine": common.machine(),
         "results": results,
-        "seconds_per_million_smallest": round(per_million[0], 2),
-        "seconds_per_million_largest": round(per_million[-1], 2),
+        "cold_seconds_per_million_smallest": round(per_million[0], 2),
+        "cold_seconds_per_million_largest": round(per_million[-1], 2),
         "linear": per_million[-1] <= per_million[0] * 1.5,
     }
     largest = results[-1]
     if largest["events"] >= 10_000_000:
-        report["target_10m_under_s"] = TARGET_S_FOR_10M
-        report["target_met"] = largest["seconds"] * 10_000_000 / largest["events"] <= TARGET_S_FOR_10M
+        scaled = largest["cold_s"] * 10_000_000 / largest["events"]
+        report["target_10m_cold_under_s"] = TARGET_COLD_S_FOR_10M
+        report["target_ratio_to_floor"] = TARGET_RATIO_TO_FLOOR
+        report["target_cold_met"] = scaled <= TARGET_COLD_S_FOR_10M
+        report["target_ratio_met"] = largest["cold_ratio_to_floor"] <= TARGET_RATIO_TO_FLOOR
     print(json.dumps(report, indent=2))
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from controller_svc.analytics import schema
 from controller_svc.analytics.timelines import POSITION_COLUMNS, of_kind, position, ref
 
+LIFETIME_BUCKETS = 1024
 VIOLATION_COLUMNS = ("cluster", "invariant", "subject", "detail", "ts", "records")
 
 
@@ -138,6 +139,67 @@ def stale_controller_epoch_applied(events: DataFrame) -> DataFrame:
     )
 
 
+def _not_after(pos: Column, ts: Column) -> Column:
+    """pos <= position() of the row at `ts`, comparing the full positions only within one
+    millisecond: evaluated for every (row, candidate) pair of a range join, where building the
+    row's position struct for each pair was most of the cost."""
+    return (pos["ts"] < ts) | ((pos["ts"] == ts) & (pos <= position()))
+
+
+def _with_incarnation(rows: DataFrame, starts: DataFrame) -> DataFrame:
+    """Adds `incarnation` to a broker's rows: how many times its process had started (its
+    broker.started records) at the row's position, 0 before the first.
+
+    Each process lifetime, [a broker.started, the next one), is a row of a small broadcast table,
+    repeated for every time bucket (1/LIFETIME_BUCKETS of the starts' span) it overlaps, so a
+    row meets the one or two lifetimes of its node and bucket instead of all of them (a
+    per-row filter over every start was most of leader_epoch_regression's time at 10M events).
+    """
+    in_node = Window.partitionBy("cluster", "node").orderBy(*POSITION_COLUMNS)
+    lifetimes = starts.select(
+        "cluster",
+        "node",
+        position().alias("started_pos"),
+        F.row_number().over(in_node).alias("incarnation"),
+        F.lead(position()).over(in_node).alias("next_started_pos"),
+    )
+    span = lifetimes.agg(F.min("started_pos.ts").alias("lo"), F.max("started_pos.ts").alias("hi")).first()
+    if span is None or span["lo"] is None:
+        return rows.withColumn("incarnation", F.lit(0))
+    lo, hi = int(span["lo"]), int(span["hi"])
+    width = max(1, (hi - lo) // LIFETIME_BUCKETS + 1)
+    last_bucket = (hi - lo) // width
+
+    def bucket(ts: Column) -> Column:
+        return F.least(F.greatest(F.floor((ts - lo) / width), F.lit(0)), F.lit(last_bucket)).cast("long")
+
+    bucketed = lifetimes.select(
+        "*",
+        F.explode(
+            F.sequence(
+                bucket(F.col("started_pos.ts")),
+                bucket(F.coalesce(F.col("next_started_pos.ts"), F.lit(hi))),
+            )
+        ).alias("bucket"),
+    )
+    joined = (
+        rows.withColumn("bucket", bucket(F.col("ts")))
+        .alias("r")
+        .join(
+            F.broadcast(bucketed.alias("l")),
+            (F.col("r.cluster") == F.col("l.cluster"))
+            & (F.col("r.node") == F.col("l.node"))
+            & (F.col("r.bucket") == F.col("l.bucket"))
+            & _not_after(F.col("l.started_pos"), F.col("r.ts"))
+            & (F.col("l.next_started_pos").isNull() | ~_not_after(F.col("l.next_started_pos"), F.col("r.ts"))),
+            "left",
+        )
+        .select("r.*", F.coalesce(F.col("l.incarnation"), F.lit(0)).alias("incarnation"))
+        .drop("bucket")
+    )
+    return joined
+
+
 def leader_epoch_regression(events: DataFrame) -> DataFrame:
     """Per broker and partition, the leader epochs of applied leader/follower roles strictly
     increase. Deleting the replica (StopReplica with delete) starts over: a recreated topic's
@@ -148,29 +210,7 @@ def leader_epoch_regression(events: DataFrame) -> DataFrame:
     roles = of_kind(events, "partition.role_changed").filter(
         (F.col("node_role") == "broker") & F.col("role").isin("leader", "follower", "deleted")
     )
-    # Each broker process's lifetime, [its broker.started, the next one): a handful per broker,
-    # broadcast, so every role change finds its incarnation by one hash lookup and a range test
-    # (a higher-order filter over the starts per row is interpreted, and was most of the cost).
-    in_node = Window.partitionBy("cluster", "node").orderBy(*POSITION_COLUMNS)
-    lifetimes = of_kind(events, "broker.started").select(
-        "cluster",
-        "node",
-        position().alias("started_pos"),
-        F.row_number().over(in_node).alias("incarnation"),
-        F.lead(position()).over(in_node).alias("next_started_pos"),
-    )
-    with_incarnation = (
-        roles.alias("r")
-        .join(
-            F.broadcast(lifetimes.alias("l")),
-            (F.col("r.cluster") == F.col("l.cluster"))
-            & (F.col("r.node") == F.col("l.node"))
-            & (F.col("l.started_pos") <= position())
-            & (F.col("l.next_started_pos").isNull() | (position() < F.col("l.next_started_pos"))),
-            "left",
-        )
-        .select("r.*", F.coalesce(F.col("l.incarnation"), F.lit(0)).alias("incarnation"))
-    )
+    with_incarnation = _with_incarnation(roles, of_kind(events, "broker.started"))
     # The numeric key first: Spark's sort compares a prefix of the first key, and cluster is often constant.
     timeline = Window.partitionBy("partition", "node", "topic", "cluster").orderBy(*POSITION_COLUMNS)
     before = timeline.rowsBetween(Window.unboundedPreceding, -1)

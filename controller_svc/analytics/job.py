@@ -49,11 +49,25 @@ class Outcome:
     report_path: str
 
 
-def _write(frame: DataFrame, out: str, name: str) -> DataFrame:
+class StepClock:
+    """Seconds per step of the job, in order, for summary.json's `timings_s` and the log: where
+    the time of an analysis goes, without a profiler."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def lap(self, step: str) -> None:
+        now = time.monotonic()
+        self.steps[step] = round(self.steps.get(step, 0.0) + now - self._last, 3)
+        log.info("%s done in %.1f s", step, now - self._last)
+        self._last = now
+
+
+def _write(frame: DataFrame, out: str, name: str, clock: StepClock) -> DataFrame:
     path = f"{out}/{name}"
-    started = time.monotonic()
     frame.write.mode("overwrite").parquet(path)
-    log.info("table %s written in %.1f s", name, time.monotonic() - started)
+    clock.lap(name)
     return frame.sparkSession.read.parquet(path)
 
 
@@ -100,14 +114,17 @@ def analyze(
 ) -> Outcome:
     """Runs every job of contract 6. Raises InputError for bad input as a whole (exit 2)."""
     started = time.monotonic()
+    clock = StepClock()
     out = out.rstrip("/")
     ingest.ingest(spark, inputs, out)
+    clock.lap("ingest")
     split_table = ingest.splits(spark, out)
     lines = sum(int(row["lines"]) for row in split_table.collect())
     log.info("%d lines parsed in %.1f s", lines, time.monotonic() - started)
     if lines == 0:
         raise InputError(f"no state-change records in {', '.join(inputs)} (looked for {ingest.STATE_CHANGE_GLOB})")
-    bad = _write(ingest.bad_records(spark, out, split_table, cluster_by), out, "bad_records")
+    clock.lap("line_numbers")
+    bad = _write(ingest.bad_records(spark, out, split_table, cluster_by), out, "bad_records", clock)
     events = ingest.events(spark, out, cluster_by)
 
     per_cluster_events = {
@@ -127,25 +144,28 @@ def analyze(
         raise InputError(
             f"none of the {lines} lines in {', '.join(inputs)} is a usable state-change record (see {out}/bad_records)"
         )
+    clock.lap("clusters")
 
-    tenures = _write(timelines.controller_tenures(events).drop("start_pos"), out, "controller_tenures")
+    tenures = _write(timelines.controller_tenures(events).drop("start_pos"), out, "controller_tenures", clock)
     incidents = _write(
         timelines.failover_incidents(events, tenures.withColumn("start_pos", F.struct("start_ts"))),
         out,
         "failover_incidents",
+        clock,
     )
     leaders = timelines.leadership(events).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        _write(leaders.drop("from_pos", "until_pos", "block", "mid"), out, "leadership")
-        offline = _write(timelines.offline_intervals(events, leaders), out, "offline_intervals")
+        _write(leaders.drop("from_pos", "until_pos", "block", "mid"), out, "leadership", clock)
+        offline = _write(timelines.offline_intervals(events, leaders), out, "offline_intervals", clock)
     finally:
         leaders.unpersist()
-    latency = _write(timelines.request_latency(events), out, "request_latency")
-    found = _write(invariants.all_violations(events), out, "_violations_unresolved")
+    latency = _write(timelines.request_latency(events), out, "request_latency", clock)
+    found = _write(invariants.all_violations(events), out, "_violations_unresolved", clock)
     violations = _write(
         resolve_evidence(found, events, split_table) if not found.isEmpty() else _no_violations(spark),
         out,
         "violations",
+        clock,
     )
     _delete(spark, f"{out}/_violations_unresolved")
 
@@ -153,6 +173,7 @@ def analyze(
     for row in violations.groupBy("cluster", "invariant").count().collect():
         counts.setdefault(row["cluster"], {})[row["invariant"]] = int(row["count"])
     availability = _availability(offline, incidents)
+    clock.lap("availability")
     clusters: dict[str, Any] = {}
     for name, row in sorted(per_cluster_events.items()):
         clusters[name] = {
@@ -179,6 +200,8 @@ def analyze(
         "tables": {name: f"{out}/{name}" for name in TABLES},
         "report": f"{out}/report.html",
         "elapsed_s": None,
+        # Seconds per step, in order (ingest: parsing every line into the events table).
+        "timings_s": clock.steps,
     }
     data = report.ReportData(
         summary=summary,
@@ -193,6 +216,7 @@ def analyze(
         longest_offline=_rows(offline.orderBy(F.desc_nulls_first("duration_ms"), "start_ts"), SAMPLE_INTERVALS),
         bad_records=_rows(bad.orderBy("file", "line"), SAMPLE_VIOLATIONS),
     )
+    clock.lap("report")
     summary["elapsed_s"] = round(time.monotonic() - started, 3)
     summary_path = f"{out}/summary.json"
     report_path = f"{out}/report.html"
