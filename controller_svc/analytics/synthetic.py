@@ -21,6 +21,8 @@ import orjson
 
 from controller_svc.analytics import schema
 
+ALIVE_INTERVAL_MS = 500
+
 
 class HistoryWriter:
     """Appends records to `<dir>/<node>.state-change.jsonl`, buffered per node."""
@@ -119,10 +121,25 @@ class _Cluster:
         self.expected = Expected()
         self.pending_claim_injection = 0
         self.controller_of_epoch: dict[int, int] = {}
+        # Controller processes that are down (a kill -9 until the next election), silent meanwhile.
+        self.down_controllers: set[int] = set()
 
     def tick(self, ms: int = 1) -> int:
         self.now += ms
         return self.now
+
+    def pass_time(self, ms: int) -> None:
+        """Time passes: every live process writes node.alive every ALIVE_INTERVAL_MS, as the real
+        ones do (controller_svc.common.loop_monitor), so a dead one's last sign of life is known."""
+        end = self.now + ms
+        while self.now + ALIVE_INTERVAL_MS < end:
+            self.tick(ALIVE_INTERVAL_MS)
+            for broker in sorted(self.alive):
+                self.out.record(self.now, f"broker-{broker}", "node.alive")
+            for controller in self.controllers:
+                if controller not in self.down_controllers:
+                    self.out.record(self.now, f"controller-{controller}", "node.alive")
+        self.now = end
 
     @property
     def cnode(self) -> str:
@@ -170,10 +187,13 @@ class _Cluster:
             )
             vacancy = self.tick()
         else:
-            vacancy = self.tick(self.rng.randint(4000, 6500))  # the dead controller's session expires
+            self.down_controllers.add(old)
+            self.pass_time(self.rng.randint(4000, 6500))  # the dead controller's session expires
+            vacancy = self.tick()
         self.tick(self.rng.randint(1, 20))
         self.expected.failovers += 1
         self.elect(self.rng.choice([c for c in self.controllers if c != old]), vacancy)
+        self.down_controllers.discard(old)  # restarted: a standby again
 
     def send(
         self, broker: int, api: str, partitions: int, apply: Iterable[_Partition] = (), role_for: Any = None
@@ -289,7 +309,7 @@ class _Cluster:
         """Kill -9 of a broker: after its session expires the controller moves its leaders
         (one offline interval each) and shrinks the ISRs it was in."""
         self.alive.discard(broker)
-        self.tick(self.rng.randint(4000, 6000))
+        self.pass_time(self.rng.randint(4000, 6000))
         self.out.record(
             self.tick(), self.cnode, "broker.change", new=[], dead=[broker], bounced=[], controller_epoch=self.epoch
         )
@@ -309,7 +329,7 @@ class _Cluster:
         self.leader_and_isr(changed)
 
     def broker_returns(self, broker: int) -> None:
-        self.tick(self.rng.randint(500, 3000))
+        self.pass_time(self.rng.randint(500, 3000))
         self.next_broker_epoch += 1
         self.broker_epochs[broker] = self.next_broker_epoch
         bnode = f"broker-{broker}"
@@ -442,7 +462,7 @@ def generate(
         rounds = 0
         while out.count < events or injections:
             rounds += 1
-            cluster.tick(rng.randint(1000, 30_000))
+            cluster.pass_time(rng.randint(1000, 30_000))
             roll = rng.random()
             if roll < 0.12:
                 cluster.fail_over(clean=rng.random() < 0.3)

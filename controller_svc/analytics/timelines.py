@@ -49,6 +49,32 @@ def liveness_records(events: DataFrame, role: str) -> DataFrame:
     )
 
 
+def last_record_before(
+    queries: DataFrame, records: DataFrame, keys: list[str], at: str, inclusive: bool, alias: str
+) -> DataFrame:
+    """For each query row, the latest `ts` among `records` with the same keys before the query's
+    `at` (at or before it when `inclusive`), as column `alias` (null when there is none).
+
+    An as-of join done as one sort: queries and records of each key in time order, a running
+    max of the records' ts read off at each query. Joining every query with every record of its
+    node and keeping the latest was quadratic: 115 losses x 300k records per broker at 10M events.
+    """
+    query_row = F.struct(*[F.col(c) for c in queries.columns])
+    marked = queries.select(*keys, F.col(at).alias("_t"), F.lit(1).alias("_q"), query_row.alias("_row"))
+    row_type = marked.schema["_row"].dataType
+    both = marked.unionByName(
+        records.select(*keys, F.col("ts").alias("_t"), F.lit(0).alias("_q"), F.lit(None).cast(row_type).alias("_row"))
+    )
+    # At the same ms a record counts for the query only when inclusive: it sorts first then.
+    in_time = Window.partitionBy(*keys).orderBy(F.col("_t"), F.col("_q") if inclusive else F.col("_q").desc())
+    so_far = in_time.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return (
+        both.select("_q", "_row", F.max(F.when(F.col("_q") == 0, F.col("_t"))).over(so_far).alias(alias))
+        .filter(F.col("_q") == 1)
+        .select("_row.*", alias)
+    )
+
+
 def controller_tenures(events: DataFrame) -> DataFrame:
     """One row per election: epoch, controller, start, end and how the tenure ended.
 
@@ -219,15 +245,18 @@ def failover_incidents(events: DataFrame, tenures: DataFrame) -> DataFrame:
         .withColumn("converged_ts", F.when(F.col("brokers_applied") == F.col("brokers"), F.col("last_applied_ts")))
     )
     # The old controller's last sign of life up to the loss (a zombie's records after it don't count).
-    signs_of_life = liveness_records(events, "controller").select(
-        "cluster", F.col("node").alias("previous_node"), F.col("ts").alias("alive_ts")
-    )
+    signs_of_life = liveness_records(events, "controller").select("cluster", F.col("node").alias("previous_node"), "ts")
     last_alive = (
-        chained.select("cluster", "controller_epoch", "previous_node", "lost_ts")
-        .join(signs_of_life, ["cluster", "previous_node"])
-        .filter(F.col("alive_ts") <= F.col("lost_ts"))
+        last_record_before(
+            chained.select("cluster", "controller_epoch", "previous_node", "lost_ts"),
+            signs_of_life,
+            ["cluster", "previous_node"],
+            at="lost_ts",
+            inclusive=True,
+            alias="last_alive_ts",
+        )
         .groupBy("cluster", "controller_epoch")
-        .agg(F.max("alive_ts").alias("last_alive_ts"))
+        .agg(F.max("last_alive_ts").alias("last_alive_ts"))
     )
     incidents = (
         chained.join(per_broker, ["cluster", "node", "controller_epoch"], "left")
@@ -364,14 +393,18 @@ def offline_intervals(events: DataFrame, leaders: DataFrame) -> DataFrame:
             F.when(F.col("cause") == "broker_bounced", F.col("registered_ts")).otherwise(F.col("ts") + 1),
         )
     )
-    broker_records = liveness_records(events, "broker").select(
-        "cluster", F.col("node_id").alias("broker"), F.col("ts").alias("record_ts")
-    )
+    broker_records = liveness_records(events, "broker").select("cluster", F.col("node_id").alias("broker"), "ts")
     last_alive = (
-        bounds.join(broker_records, ["cluster", "broker"])
-        .filter(F.col("record_ts") < F.col("alive_before"))
+        last_record_before(
+            bounds.select("cluster", "pos", "broker", "alive_before"),
+            broker_records,
+            ["cluster", "broker"],
+            at="alive_before",
+            inclusive=False,
+            alias="alive_ts",
+        )
         .groupBy("cluster", "pos", "broker")
-        .agg(F.max("record_ts").alias("alive_ts"))
+        .agg(F.max("alive_ts").alias("alive_ts"))
     )
     lost_brokers = lost_brokers.join(last_alive, ["cluster", "pos", "broker"], "left")
     led = leaders.filter(F.col("leader") >= 0).select(
