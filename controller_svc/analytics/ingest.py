@@ -115,6 +115,27 @@ def splits(spark: SparkSession, out: str) -> DataFrame:
     return spark.createDataFrame(result.collect(), result.schema)
 
 
+def line_counts(spark: SparkSession, out: str) -> dict[str, int]:
+    """Lines per status (ok, bad) in the events table: row counts from the Parquet footers."""
+    table = spark.read.schema(events_schema()).parquet(f"{out}/events")
+    return {str(row["status"]): int(row["count"]) for row in table.groupBy("status").count().collect()}
+
+
+class LineIndex:
+    """The split table, computed on first use: only malformed lines and violations' evidence need
+    line numbers, and computing it reads the (file, block, mid) of every line."""
+
+    def __init__(self, spark: SparkSession, out: str) -> None:
+        self._spark = spark
+        self._out = out
+        self._table: DataFrame | None = None
+
+    def table(self) -> DataFrame:
+        if self._table is None:
+            self._table = splits(self._spark, self._out)
+        return self._table
+
+
 def with_line(frame: DataFrame, split_table: DataFrame) -> DataFrame:
     """Adds `line` (1-based within the file) to rows that carry file, block and mid."""
     joined = frame.join(F.broadcast(split_table.drop("lines")), ["file", "block"], "left")
@@ -250,9 +271,17 @@ def events(spark: SparkSession, out: str, cluster_by: ClusterBy) -> DataFrame:
     )
 
 
-def bad_records(spark: SparkSession, out: str, split_table: DataFrame, cluster_by: ClusterBy) -> DataFrame:
+def bad_records(spark: SparkSession, out: str, split_table: DataFrame | None, cluster_by: ClusterBy) -> DataFrame:
+    """The malformed lines with file, line number and reason; `split_table` None when there are
+    none (an empty table then, without computing line numbers)."""
     table = spark.read.schema(events_schema()).parquet(f"{out}/events").filter(F.col("status") == "bad")
-    return with_line(table.withColumn("cluster", cluster_by.column(F.col("file"))), split_table).select(
+    table = table.withColumn("cluster", cluster_by.column(F.col("file")))
+    lined = (
+        with_line(table, split_table)
+        if split_table is not None
+        else table.limit(0).withColumn("line", F.lit(None).cast("long"))
+    )
+    return lined.select(
         "cluster",
         "file",
         "line",

@@ -118,13 +118,18 @@ def analyze(
     out = out.rstrip("/")
     ingest.ingest(spark, inputs, out)
     clock.lap("ingest")
-    split_table = ingest.splits(spark, out)
-    lines = sum(int(row["lines"]) for row in split_table.collect())
+    by_status = ingest.line_counts(spark, out)
+    lines = sum(by_status.values())
     log.info("%d lines parsed in %.1f s", lines, time.monotonic() - started)
     if lines == 0:
         raise InputError(f"no state-change records in {', '.join(inputs)} (looked for {ingest.STATE_CHANGE_GLOB})")
-    clock.lap("line_numbers")
-    bad = _write(ingest.bad_records(spark, out, split_table, cluster_by), out, "bad_records", clock)
+    line_index = ingest.LineIndex(spark, out)
+    bad = _write(
+        ingest.bad_records(spark, out, line_index.table() if by_status.get("bad") else None, cluster_by),
+        out,
+        "bad_records",
+        clock,
+    )
     events = ingest.events(spark, out, cluster_by)
 
     per_cluster_events = {
@@ -162,7 +167,7 @@ def analyze(
     latency = _write(timelines.request_latency(events), out, "request_latency", clock)
     found = _write(invariants.all_violations(events), out, "_violations_unresolved", clock)
     violations = _write(
-        resolve_evidence(found, events, split_table) if not found.isEmpty() else _no_violations(spark),
+        resolve_evidence(found, events, line_index.table()) if not found.isEmpty() else _no_violations(spark),
         out,
         "violations",
         clock,

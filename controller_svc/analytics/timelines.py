@@ -62,8 +62,11 @@ def last_record_before(
     query_row = F.struct(*[F.col(c) for c in queries.columns])
     marked = queries.select(*keys, F.col(at).alias("_t"), F.lit(1).alias("_q"), query_row.alias("_row"))
     row_type = marked.schema["_row"].dataType
+    # Distinct times first (an aggregate before the shuffle): a broker writes its role changes
+    # in bursts within one millisecond, so the sort gets a fraction of the records.
+    times = records.select(*keys, "ts").distinct()
     both = marked.unionByName(
-        records.select(*keys, F.col("ts").alias("_t"), F.lit(0).alias("_q"), F.lit(None).cast(row_type).alias("_row"))
+        times.select(*keys, F.col("ts").alias("_t"), F.lit(0).alias("_q"), F.lit(None).cast(row_type).alias("_row"))
     )
     # At the same ms a record counts for the query only when inclusive: it sorts first then.
     in_time = Window.partitionBy(*keys).orderBy(F.col("_t"), F.col("_q") if inclusive else F.col("_q").desc())
@@ -334,6 +337,42 @@ def leadership(events: DataFrame) -> DataFrame:
     )
 
 
+def first_loss_in_tenure(led: DataFrame, losses: DataFrame) -> DataFrame:
+    """Each leadership (cluster, broker, from_pos, until_pos, ...) whose broker was lost while it
+    led, with that first loss's pos, ts, cause and alive_ts.
+
+    Only the first loss counts: after it nothing but a new election (which ends the leadership)
+    or the topic's deletion can close the interval it opens, and a loss after a deletion is not
+    the deleted partition's. One sort per broker of its leaderships and losses (the earliest
+    loss at or after each leadership's start) instead of testing every loss of a broker against
+    every leadership it held (127M pairs at 10M events).
+    """
+    loss = F.struct("pos", "ts", "cause", "alive_ts")
+    tenure = F.struct(*[F.col(c) for c in led.columns])
+    marked = led.select("cluster", "broker", F.col("from_pos").alias("_p"), tenure.alias("_row"))
+    both = marked.select("*", F.lit(None).cast(losses.select(loss).schema[0].dataType).alias("_loss")).unionByName(
+        losses.select(
+            "cluster",
+            "broker",
+            F.col("pos").alias("_p"),
+            F.lit(None).cast(marked.schema["_row"].dataType).alias("_row"),
+            loss.alias("_loss"),
+        )
+    )
+    # Latest first with a running frame: Spark recomputes an unbounded-following frame per row.
+    later = (
+        Window.partitionBy("cluster", "broker")
+        .orderBy(F.col("_p.ts").desc(), F.col("_p").desc())
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    found = both.select("_row", F.min("_loss").over(later).alias("_first")).filter(
+        F.col("_row").isNotNull()
+        & F.col("_first").isNotNull()
+        & (F.col("_row.until_pos").isNull() | (F.col("_first.pos") < F.col("_row.until_pos")))
+    )
+    return found.select("_row.*", "_first.pos", "_first.ts", "_first.cause", "_first.alive_ts")
+
+
 def offline_intervals(events: DataFrame, leaders: DataFrame) -> DataFrame:
     """From the moment a partition lost its leader to the moment the new leader's broker applied
     that role.
@@ -410,13 +449,8 @@ def offline_intervals(events: DataFrame, leaders: DataFrame) -> DataFrame:
     led = leaders.filter(F.col("leader") >= 0).select(
         *keys, F.col("leader").alias("broker"), "leader_epoch", "from_pos", "until_pos"
     )
-    broker_lost = (
-        F.broadcast(lost_brokers)
-        .join(led, ["cluster", "broker"])
-        .filter(
-            (F.col("from_pos") <= F.col("pos")) & (F.col("until_pos").isNull() | (F.col("pos") < F.col("until_pos")))
-        )
-        .select(*keys, "pos", "ts", F.col("leader_epoch").alias("epoch"), "cause", "alive_ts")
+    broker_lost = first_loss_in_tenure(led, lost_brokers).select(
+        *keys, "pos", "ts", F.col("leader_epoch").alias("epoch"), "cause", "alive_ts"
     )
     role_changes = of_kind(events, "partition.role_changed").filter(F.col("node_role") == "broker")
     log_dir_failed = role_changes.filter(
