@@ -207,3 +207,48 @@ async def test_a_persistent_recursive_watch_hears_every_change_below_it_and_stay
     assert zk.tree_watch_intact(arming)
     await zk.close()
     assert not zk.tree_watch_intact(arming)
+
+
+async def test_removed_watches_are_no_longer_sent_and_the_path_can_be_armed_again(session_factory: Factory) -> None:
+    """removeWatches(path, Any), what a standby does at takeover: the server stops sending the
+    persistent recursive watch's events (counted where they arrive, before any callback) and a
+    one-shot watch on the same path ends too (why the term arms its own watches after it);
+    removing where none is armed is no error, and the path can be armed again."""
+    zk = await session_factory()
+    writer = await session_factory()
+    await zk.ensure_path("/rw")
+    await writer.create("/rw/a", b"")
+    tree = Recorder()
+    await zk.watch_tree("/rw", tree)
+    children = Recorder()
+    zk.watch_children("/rw", children)
+    await zk.get_children("/rw", watch=True)
+    await writer.set_data("/rw/a", b"1")
+    await eventually(lambda: _true(tree.events == [(WatchKind.DATA_CHANGED, "/rw/a")]), 10, what="the armed watch")
+    heard_before = zk.watch_events_received
+
+    await zk.remove_watches("/rw")
+    for value in (b"2", b"3", b"4"):
+        await writer.set_data("/rw/a", value)
+    await writer.create("/rw/b", b"")  # would fire the one-shot child watch
+    # A one-shot watch elsewhere as a marker: events arrive in zxid order, so once the
+    # marker's is here, any event of the writes above would have been too.
+    marker = Recorder()
+    zk.watch_data("/marker", marker)
+    assert await zk.exists("/marker", watch=True) is None
+    await writer.create("/marker", b"")
+    await eventually(lambda: _true(marker.events), 10, what="the marker's event")
+    assert zk.watch_events_received == heard_before + 1
+    assert tree.events == [(WatchKind.DATA_CHANGED, "/rw/a")]
+    assert children.events == []
+
+    await zk.remove_watches("/rw")  # none armed: fine
+    zk.unwatch_tree("/rw")
+    again = Recorder()
+    await zk.watch_tree("/rw", again)
+    await writer.set_data("/rw/a", b"5")
+    await eventually(lambda: _true(again.events == [(WatchKind.DATA_CHANGED, "/rw/a")]), 10, what="the new arming")
+
+
+async def _true(value: Any) -> bool:
+    return bool(value)

@@ -69,6 +69,13 @@ async def test_a_standby_that_read_none_of_the_changes_takes_over_with_what_zook
         assert cluster.warm_takeovers_checked == 1
         assert cluster.differs_from_zookeeper(standby.context) == ""
         assert standby.context.topic_configs["t"] == {"a": "b"}
+        # The active controller no longer hears the trees (each state it writes would come
+        # back as an event), and its own topic watch, armed after the removal, stands.
+        session = standby.zk.session_id
+        assert not any(session in sessions for sessions in cluster.model.tree_watches.values())
+        assert session in cluster.model.child_watches.get(paths.BROKER_TOPICS, set())
+        await cluster.create_topic("v", {0: [1, 2]})
+        await cluster.until(lambda: "v" in standby.context.assignments, what="the new controller to see topic v")
         cluster.safety()
     finally:
         await cluster.stop_all()

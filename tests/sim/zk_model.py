@@ -163,6 +163,18 @@ class ZooKeeperModel:
         self._require(session)
         self.tree_watches.setdefault(path, set()).add(session)
 
+    def remove_watches(self, session: int, path: str) -> None:
+        """removeWatches(path, Any): every watch of the session on exactly `path` ends, the
+        persistent recursive one and one-shot ones alike (none armed is no error here; the real
+        server's NoWatcher is ignored by the client)."""
+        self._require(session)
+        for watches in (self.data_watches, self.exist_watches, self.child_watches, self.tree_watches):
+            sessions = watches.get(path)
+            if sessions is not None:
+                sessions.discard(session)
+                if not sessions:
+                    del watches[path]
+
     def _fire_tree(self, path: str, kind: WatchKind) -> list[WatchEvent]:
         if not self.tree_watches:
             return []
@@ -326,6 +338,7 @@ class SimZkClient:
         # Tree watch callbacks by path prefix, and the "connection" (here: the session) their
         # server-side watches were armed on.
         self._tree_callbacks: dict[str, list[WatchCallback]] = {}
+        self.watch_events_received = 0  # ZkClient's count of the server's watch events
         self._connection = object()
         self._fail_next = 0
         self._lose_next = 0
@@ -543,7 +556,13 @@ class SimZkClient:
     def unwatch_tree(self, path: str) -> None:
         self._tree_callbacks.pop(path, None)
 
+    async def remove_watches(self, path: str) -> None:
+        """ZkClient.remove_watches: the server's watches on `path` end (callbacks stay)."""
+        await self._before_read(path)
+        self.model.remove_watches(self._session, path)
+
     def _on_event(self, kind: WatchKind, path: str) -> None:
+        self.watch_events_received += 1
         if self._gate is not None:
             self._buffered.append((kind, path))
             return

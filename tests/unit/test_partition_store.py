@@ -75,3 +75,90 @@ async def test_a_fenced_write_without_an_answer_is_retried_on_the_same_session_o
     else:
         raise AssertionError("a write retried on a new session must resign, not succeed")
     assert zk.calls == 2
+
+
+class StoreWithSlowMultis:
+    """A ControllerZkStore whose multis all wait until released, so the test sees how many the
+    partition store keeps outstanding; `outcome` says what each multi (numbered from 1) does."""
+
+    def __init__(self, outcome: dict[int, BaseException]) -> None:
+        self.outcome = outcome
+        self.multis = 0
+        self.outstanding = 0
+        self.most_outstanding = 0
+        self.ops_per_multi: list[int] = []
+
+    async def fenced_multi(self, ops: list[Any]) -> list[OpResult]:
+        import asyncio
+
+        self.multis += 1
+        number = self.multis
+        self.ops_per_multi.append(len(ops))
+        self.outstanding += 1
+        self.most_outstanding = max(self.most_outstanding, self.outstanding)
+        try:
+            for _ in range(3):
+                await asyncio.sleep(0)
+        finally:
+            self.outstanding -= 1
+        if number in self.outcome:
+            raise self.outcome[number]
+        return [OpResult(op, op.path, ZnodeStat(op.version + 1, 0, 0, 0, 0)) for op in ops]
+
+
+def _states(count: int) -> dict[TopicPartition, LeaderIsrAndControllerEpoch]:
+    return {TopicPartition("t", p): LeaderIsrAndControllerEpoch(1, 1, (1,), 4, 2) for p in range(count)}
+
+
+async def test_multis_are_pipelined_up_to_the_bound() -> None:
+    from controller_svc.adapters.zk.partition_store import MULTIS_IN_FLIGHT
+
+    zk = StoreWithSlowMultis({})
+    store = ZkPartitionStateStore(zk, max_ops=2)  # type: ignore[arg-type]
+    result = await store.update(_states(2 * (MULTIS_IN_FLIGHT + 3)))
+    assert zk.multis == MULTIS_IN_FLIGHT + 3 and zk.most_outstanding == MULTIS_IN_FLIGHT
+    assert len(result.written) == 2 * (MULTIS_IN_FLIGHT + 3) and result.error is None
+
+
+async def test_a_multi_without_an_answer_keeps_what_the_others_in_flight_wrote() -> None:
+    zk = StoreWithSlowMultis({2: ZkUnavailableError("no answer")})
+    store = ZkPartitionStateStore(zk, max_ops=2)  # type: ignore[arg-type]
+    result = await store.update(_states(6))
+    assert zk.most_outstanding == 3
+    assert sorted(tp.partition for tp in result.written) == [0, 1, 4, 5]
+    assert isinstance(result.error, ZkUnavailableError) and not result.conflicts
+
+
+async def test_no_multi_is_sent_after_one_went_unanswered() -> None:
+    from controller_svc.adapters.zk.partition_store import MULTIS_IN_FLIGHT
+
+    zk = StoreWithSlowMultis({1: ZkUnavailableError("no answer")})
+    store = ZkPartitionStateStore(zk, max_ops=1)  # type: ignore[arg-type]
+    result = await store.update(_states(MULTIS_IN_FLIGHT + 5))
+    # The first wave was in flight already; the ones queued behind it are not sent.
+    assert zk.multis == MULTIS_IN_FLIGHT
+    assert len(result.written) == MULTIS_IN_FLIGHT - 1 and isinstance(result.error, ZkUnavailableError)
+
+
+async def test_a_moved_controller_outranks_the_other_failures() -> None:
+    import pytest
+
+    from controller_svc.common.errors import ControllerMovedError, ZkNotAuthorizedError
+
+    zk = StoreWithSlowMultis({1: ZkNotAuthorizedError("refused"), 3: ControllerMovedError("epoch moved")})
+    store = ZkPartitionStateStore(zk, max_ops=2)  # type: ignore[arg-type]
+    with pytest.raises(ControllerMovedError):
+        await store.update(_states(6))
+
+
+async def test_a_conflict_is_resolved_within_its_own_multi() -> None:
+    from controller_svc.common.errors import ZkBadVersionError
+
+    conflict = ZkBadVersionError("moved").at_op(1)
+    zk = StoreWithSlowMultis({2: conflict})
+    store = ZkPartitionStateStore(zk, max_ops=3)  # type: ignore[arg-type]
+    result = await store.update(_states(9))
+    # The second multi (partitions 3-5) failed on partition 4 and went again without it.
+    assert result.conflicts == {TopicPartition("t", 4)}
+    assert sorted(tp.partition for tp in result.written) == [0, 1, 2, 3, 5, 6, 7, 8]
+    assert zk.ops_per_multi == [3, 3, 3, 2]

@@ -18,10 +18,9 @@ import asyncio
 import enum
 import functools
 import logging
-import struct
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import aiozk
 from aiozk import exc as zk_exc
@@ -32,6 +31,16 @@ from aiozk.protocol.response import Response
 from aiozk.states import States
 
 from controller_svc.adapters.zk.io_thread import ZkIoThread, deliver_to
+
+# The wire's data types are part of this module's interface (callers import them from here).
+from controller_svc.adapters.zk.wire import MULTI_READ_BATCH, NO_NODE, MultiReadRequest, OpReply, WriteMultiRequest
+from controller_svc.adapters.zk.wire import CheckOp as CheckOp
+from controller_svc.adapters.zk.wire import CreateOp as CreateOp
+from controller_svc.adapters.zk.wire import DeleteOp as DeleteOp
+from controller_svc.adapters.zk.wire import OpResult as OpResult
+from controller_svc.adapters.zk.wire import SetDataOp as SetDataOp
+from controller_svc.adapters.zk.wire import ZkOp as ZkOp
+from controller_svc.adapters.zk.wire import ZnodeStat as ZnodeStat
 from controller_svc.common.errors import (
     ControllerError,
     ZkBadVersionError,
@@ -49,67 +58,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 P = ParamSpec("P")
-
-
-class ZnodeStat(NamedTuple):
-    """The parts of a ZooKeeper Stat the project uses (a NamedTuple: cheap to build in bulk)."""
-
-    version: int
-    czxid: int
-    mzxid: int
-    ephemeral_owner: int
-    num_children: int
-
-    @staticmethod
-    def of(stat: Any) -> ZnodeStat:
-        return ZnodeStat(
-            stat.version, stat.created_zxid, stat.last_modified_zxid, stat.ephemeral_owner, stat.num_children
-        )
-
-
-# --- multi-op operations ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CheckOp:
-    path: str
-    version: int
-
-
-@dataclass(frozen=True, slots=True)
-class CreateOp:
-    path: str
-    data: bytes = b""
-    ephemeral: bool = False
-    sequential: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class SetDataOp:
-    path: str
-    data: bytes
-    version: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteOp:
-    path: str
-    version: int = -1
-
-
-ZkOp = CheckOp | CreateOp | SetDataOp | DeleteOp
-
-
-@dataclass(frozen=True, slots=True)
-class OpResult:
-    """Result of one op of a successful multi: the created path and/or the new stat."""
-
-    op: ZkOp
-    path: str
-    stat: ZnodeStat | None
-
-
-_new_stat = ZnodeStat._make
 
 
 class _MultiReadUnsupported(Exception):
@@ -143,82 +91,6 @@ class WatchKind(enum.IntEnum):
     CHILDREN_CHANGED = protocol.WatchEvent.CHILDREN_CHANGED
 
 
-# --- multiRead (ZooKeeper 3.6+, OpCode.multiRead = 22) -----------------------------------------
-# Many getData ops in one request: one round trip, one future, and a parse done with `struct`
-# instead of aiozk's generic Part parser. Loading 100k partition states is dominated by
-# per-request client overhead, so this is what makes failover fast.
-
-_MULTI_HEADER = struct.Struct("!i?i")
-_INT = struct.Struct("!i")
-_HEADER_XID_OP = struct.Struct("!ii")
-# czxid, mzxid, ctime, mtime, version, cversion, aversion, ephemeralOwner, dataLength, numChildren, pzxid
-_STAT = struct.Struct("!qqqqiiiqiiq")
-_GET_DATA_OPCODE = 4
-_ERROR_TYPE = -1
-_NO_NODE = -101
-_UNIMPLEMENTED = -6
-MULTI_READ_BATCH = 1000
-
-
-class _MultiReadRequest(protocol.TransactionRequest):  # type: ignore[misc]
-    """getData ops only, serialized with `struct` (aiozk's generic renderer is the bottleneck)."""
-
-    opcode = 22
-    writes_data = False
-
-    def __init__(self, paths: Sequence[str]) -> None:
-        super().__init__()
-        self.paths = paths
-
-    def serialize(self, xid: int | None = None) -> bytes:
-        parts = [_HEADER_XID_OP.pack(xid or 0, self.opcode)]
-        op_header = _MULTI_HEADER.pack(_GET_DATA_OPCODE, False, -1)
-        for path in self.paths:
-            encoded = path.encode("utf-8")
-            parts.append(op_header)
-            parts.append(_INT.pack(len(encoded)))
-            parts.append(encoded)
-            parts.append(b"\x00")  # watch = false
-        parts.append(_MULTI_HEADER.pack(-1, True, -1))
-        return b"".join(parts)
-
-    def __str__(self) -> str:
-        return f"MultiRead[{len(self.paths)} znodes]"
-
-
-class _MultiReadResponse(Response):  # type: ignore[misc]
-    """Registered in aiozk's response table for opcode 22 by its metaclass."""
-
-    opcode = 22
-
-    def __init__(self, results: list[tuple[bytes, ZnodeStat] | int]) -> None:
-        self.results = results
-
-    @classmethod
-    def deserialize(cls, raw: bytes) -> _MultiReadResponse:
-        results: list[tuple[bytes, ZnodeStat] | int] = []
-        offset = 0
-        while True:
-            op_type, done, _err = _MULTI_HEADER.unpack_from(raw, offset)
-            offset += _MULTI_HEADER.size
-            if done:
-                break
-            if op_type == _ERROR_TYPE:
-                results.append(_INT.unpack_from(raw, offset)[0])
-                offset += _INT.size
-            elif op_type == _GET_DATA_OPCODE:
-                length = _INT.unpack_from(raw, offset)[0]
-                offset += _INT.size
-                data = bytes(raw[offset : offset + length]) if length > 0 else b""
-                offset += max(length, 0)
-                czxid, mzxid, _c, _m, version, _cv, _av, owner, _len, children, _p = _STAT.unpack_from(raw, offset)
-                offset += _STAT.size
-                results.append((data, _new_stat((version, czxid, mzxid, owner, children))))
-            else:
-                raise ValueError(f"unexpected op type {op_type} in a multiRead response")
-        return cls(results)
-
-
 # --- persistent recursive watches (ZooKeeper 3.6+, OpCode.addWatch = 106) ------------------------
 # One watch on a subtree that stays armed after it fires: created, deleted and data-changed
 # events of the znode and every descendant (never children-changed), delivered in zxid order
@@ -228,6 +100,8 @@ class _MultiReadResponse(Response):  # type: ignore[misc]
 # good for the connection it was made on (`TreeWatchArming`).
 
 _PERSISTENT_RECURSIVE = 1
+# RemoveWatchesRequest's watcher type Any (Watcher.WatcherType): every watch on the path.
+_WATCHER_TYPE_ANY = 3
 
 
 class _AddWatchRequest(Request):  # type: ignore[misc]
@@ -323,6 +197,8 @@ class ZkClient:
         # Persistent recursive watches: full path -> callbacks (changed on the session's thread).
         self._tree_watches: dict[str, list[WatchCallback]] = {}
         self._multi_read: bool | None = None  # unknown until the first multiRead
+        # Watch events the server sent this session (every kind, whoever listens).
+        self.watch_events_received = 0
         self._io: ZkIoThread | None = None
         # The loop that started the client: watch and session callbacks are delivered there.
         self._owner_loop: asyncio.AbstractEventLoop | None = None
@@ -385,6 +261,7 @@ class ZkClient:
 
         def dispatch(event: Any) -> None:
             if event.type:
+                self.watch_events_received += 1
                 path = event.path
                 # A persistent recursive watch never sends children-changed: such an event is a
                 # one-shot child watch's (e.g. the active controller's on /brokers/topics).
@@ -602,10 +479,28 @@ class ZkClient:
 
     def unwatch_tree(self, path: str) -> None:
         """Drop the callbacks of a tree watch (the server-side watch ends with the connection;
-        its events are ignored until then)."""
+        its events are ignored until then: `remove_watches` ends it at once)."""
         full = self._client.normalize_path(path)
         assert self._io is not None
         self._io.call(self._tree_watches.pop, full, None)
+
+    @_on_io_thread
+    async def remove_watches(self, path: str) -> None:
+        """End every watch this connection holds on exactly `path` on the server
+        (removeWatches with WatcherType.Any), the persistent recursive one included, so the
+        server stops sending its events: each costs a parse on this thread, and a tree over
+        every partition state changes thousands of times in one controller operation.
+        ZooKeeper 3.6-3.8 have no narrower type for a persistent watch (PersistentRecursive
+        came in 3.9), so a one-shot watch on the same path goes too: call this before arming
+        the ones to keep. One connection's requests are applied in order. Local callbacks are
+        left alone (`unwatch_tree` drops a tree watch's). None armed is fine."""
+        full = self._client.normalize_path(path)
+        try:
+            await self._client.session.send(protocol.RemoveWatchesRequest(path=full, type=_WATCHER_TYPE_ANY))
+        except zk_exc.NoWatcher:
+            return
+        except Exception as e:
+            raise translate(e, path) from e
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -702,7 +597,7 @@ class ZkClient:
 
         def request() -> Any:
             # Our paths are already normalized: prefixing the chroot is all aiozk's normalize_path does.
-            return self._client.session.send(_MultiReadRequest([chroot + p for p in paths]))
+            return self._client.session.send(MultiReadRequest([chroot + p for p in paths]))
 
         try:
             response = await self._read(paths[0], request)
@@ -714,7 +609,7 @@ class ZkClient:
         out: list[tuple[bytes, ZnodeStat] | None] = []
         for path, item in zip(paths, response.results, strict=True):
             if isinstance(item, int):
-                if item == _NO_NODE:
+                if item == NO_NODE:
                     out.append(None)
                     continue
                 raise translate(zk_exc.get_response_error(item), path)
@@ -771,34 +666,28 @@ class ZkClient:
         newer session than the one it was elected in (ZkUnavailableError if it would)."""
         if not ops:
             return []
-        request = protocol.TransactionRequest()
         normalize = self._client.normalize_path
-        for op in ops:
-            full = normalize(op.path)
-            if isinstance(op, CheckOp):
-                request.add(protocol.CheckVersionRequest(path=full, version=op.version))
-            elif isinstance(op, CreateOp):
-                create = protocol.Create2Request(path=full, data=op.data, acl=self._client.default_acl)
-                create.set_flags(op.ephemeral, op.sequential, False)
-                request.add(create)
-            elif isinstance(op, SetDataOp):
-                request.add(protocol.SetDataRequest(path=full, data=op.data, version=op.version))
-            else:
-                request.add(protocol.DeleteRequest(path=full, version=op.version))
+        full_paths = [normalize(op.path) for op in ops]
+        request = WriteMultiRequest(ops, full_paths, self._client.default_acl)
         if session_id is not None and self.session_id != session_id:
             raise ZkUnavailableError(f"session 0x{session_id:x} has ended; not sending on 0x{self.session_id:x}")
         try:
             response = await self._client.send(request)
         except Exception as e:
             raise translate(e, ops[0].path) from e
+        denormalize = self._client.denormalize_path
         results: list[OpResult] = []
-        for index, (op, reply) in enumerate(zip(ops, response.responses, strict=False)):
+        for index, (op, full, reply) in enumerate(zip(ops, full_paths, response.responses, strict=False)):
+            if isinstance(reply, OpReply):
+                results.append(OpResult(op, denormalize(reply.path or full), reply.stat))
+                continue
             if isinstance(reply, BaseException):
                 if isinstance(reply, zk_exc.RolledBack | zk_exc.RuntimeInconsistency):
                     continue
                 raise translate(reply, op.path).at_op(index)
-            path = self._client.denormalize_path(getattr(reply, "path", None) or normalize(op.path))
+            # An op type the fast parser leaves to aiozk (none ZkClient sends today).
             stat = getattr(reply, "stat", None)
+            path = denormalize(getattr(reply, "path", None) or full)
             results.append(OpResult(op, path, ZnodeStat.of(stat) if stat is not None else None))
         if len(results) != len(ops):
             # Every op was rolled back without a named cause: treat as unavailable and let the caller retry.

@@ -8,6 +8,7 @@ conflict; the rest of its multi is resubmitted.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from controller_svc.adapters.zk.client import CreateOp, SetDataOp, ZkOp
 from controller_svc.adapters.zk.store import DEFAULT_MAX_OPS_PER_MULTI, ControllerZkStore
 from controller_svc.common.errors import (
     ControllerError,
+    ControllerMovedError,
     CorruptZnodeError,
     ZkBadVersionError,
     ZkNodeExistsError,
@@ -26,6 +28,10 @@ from controller_svc.common.errors import (
 from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition
 
 log = logging.getLogger(__name__)
+
+# Multis of state writes outstanding at once (each up to DEFAULT_MAX_OPS_PER_MULTI ops, about
+# 100 KB): enough to keep ZooKeeper's commit pipeline full, few enough to bound memory.
+MULTIS_IN_FLIGHT = 8
 
 
 @dataclass
@@ -116,24 +122,48 @@ class ZkPartitionStateStore:
         return result
 
     async def _run(self, ops: list[tuple[TopicPartition, ZkOp]], result: WriteResult, created: bool) -> None:
-        pending = ops
-        while pending:
-            chunk, pending = pending[: self.max_ops], pending[self.max_ops :]
-            while chunk:
-                try:
-                    results = await self.store.fenced_multi([op for _, op in chunk])
-                except ZkUnavailableError as e:
-                    result.error = e
-                    return
-                except (ZkBadVersionError, ZkNodeExistsError, ZkNoNodeError) as e:
-                    tp, _ = chunk[e.op_index]
-                    result.conflicts.add(tp)
-                    chunk = chunk[: e.op_index] + chunk[e.op_index + 1 :]
-                    continue
-                for (tp, _), op_result in zip(chunk, results, strict=True):
-                    # A create inside a multi comes back without a stat: a new znode is at version 0.
-                    result.written[tp] = 0 if created else (op_result.stat.version if op_result.stat else 0)
-                chunk = []
+        """The ops in multis of at most `max_ops`, up to `MULTIS_IN_FLIGHT` of them outstanding on
+        the session at once. Sent one after another, each multi waited for its own round trip
+        and its own commit (ZooKeeper group-commits the transactions it has queued, so
+        pipelined multis share log syncs). Safe because the multis touch disjoint znodes and each
+        carries the epoch check: a conflict in one leaves the others alone, and once the epoch
+        moves every multi behind it fails at the check (ZooKeeper applies one session's requests
+        in order)."""
+        chunks = [ops[i : i + self.max_ops] for i in range(0, len(ops), self.max_ops)]
+        if len(chunks) <= 1:
+            for chunk in chunks:
+                await self._run_chunk(chunk, result, created)
+            return
+        in_flight = asyncio.Semaphore(MULTIS_IN_FLIGHT)
+
+        async def bounded(chunk: list[tuple[TopicPartition, ZkOp]]) -> None:
+            async with in_flight:
+                await self._run_chunk(chunk, result, created)
+
+        outcomes = await asyncio.gather(*(bounded(c) for c in chunks), return_exceptions=True)
+        failures = [o for o in outcomes if isinstance(o, BaseException)]
+        if failures:
+            # A moved controller outranks any other failure: the caller must resign.
+            raise next((f for f in failures if isinstance(f, ControllerMovedError)), failures[0])
+
+    async def _run_chunk(self, chunk: list[tuple[TopicPartition, ZkOp]], result: WriteResult, created: bool) -> None:
+        while chunk:
+            if result.error is not None:
+                return  # ZooKeeper stopped answering: the caller raises once it has acted on `written`
+            try:
+                results = await self.store.fenced_multi([op for _, op in chunk])
+            except ZkUnavailableError as e:
+                result.error = e
+                return
+            except (ZkBadVersionError, ZkNodeExistsError, ZkNoNodeError) as e:
+                tp, _ = chunk[e.op_index]
+                result.conflicts.add(tp)
+                chunk = chunk[: e.op_index] + chunk[e.op_index + 1 :]
+                continue
+            for (tp, _), op_result in zip(chunk, results, strict=True):
+                # A create inside a multi comes back without a stat: a new znode is at version 0.
+                result.written[tp] = 0 if created else (op_result.stat.version if op_result.stat else 0)
+            chunk = []
 
     async def _ensure_parents(self, partitions: Sequence[TopicPartition]) -> None:
         """/brokers/topics/<t>/partitions and .../<p>, behind the epoch check, tolerating

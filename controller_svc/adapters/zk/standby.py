@@ -57,6 +57,7 @@ class StandbyZk(Protocol):
     async def watch_tree(self, path: str, callback: WatchCallback) -> TreeWatchArming: ...
     def tree_watch_intact(self, arming: TreeWatchArming) -> bool: ...
     def unwatch_tree(self, path: str) -> None: ...
+    async def remove_watches(self, path: str) -> None: ...
     async def get_children_or_empty(self, path: str, watch: bool = False) -> list[str]: ...
     async def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, ZnodeStat] | None]: ...
     async def exists(self, path: str, watch: bool = False) -> ZnodeStat | None: ...
@@ -357,9 +358,28 @@ class StandbyMetadata:
                 self._armings = []
                 self._reset()
 
+    async def _end_tree_watches(self) -> None:
+        """Stop the server sending the tree watches' events (the active controller writes
+        thousands of the znodes they cover in one operation, and each event is parsed on the
+        session's thread). Done at the start of a takeover, right after the election: every
+        event of a change before the election arrived before the election's reply, so the
+        marks the verification needs are all in; changes after it are the term's to see, as
+        after a cold load. And done before the term arms its own watches: the removal ends
+        every watch on the path (see ZkClient.remove_watches)."""
+        for arming in self._armings:
+            try:
+                await self._zk.remove_watches(arming.path)
+            except ControllerError as e:
+                # Its events keep coming until the connection ends, and are ignored once the
+                # callbacks go: a cost, not a fault.
+                log.info("controller %d: could not end the tree watch on %s: %s", self._id, arming.path, e)
+                metrics.STANDBY_ERRORS.inc()
+
     async def _take(self, ctx: ControllerContext) -> WarmLoad | str:
         if self.unsupported is not None:
             return f"unsupported: {self.unsupported}"
+        if self._armings and self._intact():
+            await self._end_tree_watches()
         if self._ready_at is None:
             return "the copy was not complete"
         if not self._intact():
