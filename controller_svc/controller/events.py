@@ -157,7 +157,7 @@ class TopicConfigChange(Event):
 class LeaderAndIsrResponseReceived(Event):
     broker_id: int = -1
     error_code: int = 0
-    # (topic, partition, error code) per partition
+    # (topic, partition, error code) of each partition answered with an error (NONE left out)
     partition_errors: tuple[tuple[str, int, int], ...] = ()
     state: ControllerState = _event(ControllerState.LEADER_AND_ISR_RESPONSE_RECEIVED)
 

@@ -8,6 +8,8 @@ tests); requests go into the `RequestBatch`.
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import enum
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,6 +27,10 @@ from controller_svc.core.request_batch import RequestBatch
 log = logging.getLogger(__name__)
 
 MAX_WRITE_ATTEMPTS = 10
+# Elections are decided and written this many partitions at a time (a multi's worth), with up
+# to WRITES_IN_FLIGHT slices' writes outstanding while the next ones are decided.
+ELECTION_SLICE = 1000
+WRITES_IN_FLIGHT = 8
 
 
 class PartitionState(enum.Enum):
@@ -63,6 +69,15 @@ class PartitionStateStore(Protocol):
     async def create(self, states: Mapping[TopicPartition, LeaderIsrAndControllerEpoch]) -> WriteOutcome: ...
 
     async def update(self, states: Mapping[TopicPartition, LeaderIsrAndControllerEpoch]) -> WriteOutcome: ...
+
+
+@dataclass(slots=True)
+class _Slice:
+    """Elections decided for one slice of partitions, waiting for their write."""
+
+    proposals: dict[TopicPartition, LeaderIsrAndControllerEpoch] = field(default_factory=dict)
+    previous: dict[TopicPartition, LeaderIsrAndControllerEpoch] = field(default_factory=dict)
+    unclean: set[TopicPartition] = field(default_factory=set)
 
 
 @dataclass
@@ -280,73 +295,7 @@ class PartitionStateMachine:
                 await self._refresh(missing)
             if strategy is ElectionStrategy.OFFLINE and not allow_unclean:
                 await self._refresh_unclean_permission(remaining)
-            proposals: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
-            previous: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
-            unclean: set[TopicPartition] = set()
-            for tp in remaining:
-                current = self.ctx.partition_states.get(tp)
-                assignment = self.ctx.assignment(tp)
-                if current is None or assignment is None:
-                    result.failed[tp] = "no partition state in ZooKeeper"
-                    continue
-                if current.controller_epoch > self.ctx.epoch:
-                    raise ControllerMovedError(
-                        f"{tp} was written by controller epoch {current.controller_epoch} > ours {self.ctx.epoch}"
-                    )
-                online = self.ctx.online_replicas(tp)
-                election = elect(
-                    strategy,
-                    assignment,
-                    current,
-                    online,
-                    self.ctx.shutting_down_broker_ids,
-                    allow_unclean or self.ctx.unclean_election_enabled(tp.topic, self.unclean_default()),
-                )
-                if election.leader is None:
-                    result.failed[tp] = f"no eligible leader ({strategy.value})"
-                    log.warning(
-                        "controller %d epoch %d: no eligible leader for %s by %s election: replicas %s, isr %s, "
-                        "online %s",
-                        self.controller_id,
-                        self.ctx.epoch,
-                        tp,
-                        strategy.value,
-                        list(assignment.replicas),
-                        list(current.isr),
-                        sorted(online),
-                    )
-                    continue
-                proposals[tp] = election.as_state(self.ctx.epoch, current.zk_version)
-                previous[tp] = current
-                if election.unclean:
-                    unclean.add(tp)
-            if not proposals:
-                return
-            outcome = await self.store.update(proposals)
-            for tp, version in outcome.written.items():
-                proposal = proposals[tp]
-                state = LeaderIsrAndControllerEpoch(
-                    proposal.leader, proposal.leader_epoch, proposal.isr, version, proposal.controller_epoch
-                )
-                self.ctx.partition_states[tp] = state
-                self.states[tp] = PartitionState.ONLINE
-                assignment = self.ctx.assignment(tp)
-                assert assignment is not None
-                recipients = [r for r in assignment.replicas if r in self.ctx.live_or_shutting_down_broker_ids]
-                self.batch.add_leader_and_isr(recipients, tp, state, assignment, is_new=False)
-                if tp in unclean:
-                    self.unclean_elections += 1
-                    metrics.UNCLEAN_LEADER_ELECTIONS.inc()
-                    log.warning(
-                        "controller %d: UNCLEAN leader election for %s: %d was not in the ISR %s",
-                        self.controller_id,
-                        tp,
-                        state.leader,
-                        list(previous[tp].isr),
-                    )
-                self._record_election(tp, state, previous[tp].isr, strategy.value, unclean=tp in unclean)
-            outcome.raise_error()
-            remaining = sorted(outcome.conflicts)
+            remaining = await self._elect_and_write(remaining, strategy, result, allow_unclean)
             if remaining:
                 log.info(
                     "controller %d: %d partition states changed under us; re-reading",
@@ -356,6 +305,138 @@ class PartitionStateMachine:
                 await self._refresh(remaining)
         for tp in remaining:
             result.failed[tp] = "partition state kept changing in ZooKeeper"
+
+    async def _elect_and_write(
+        self,
+        partitions: list[TopicPartition],
+        strategy: ElectionStrategy,
+        result: StateChangeResult,
+        allow_unclean: bool,
+    ) -> list[TopicPartition]:
+        """Elect and write in slices: a slice's write goes out as soon as it is decided, the next
+        slice is decided while ZooKeeper commits it, and each outcome is acted on as it lands,
+        up to WRITES_IN_FLIGHT slices outstanding. Computing every election before the first
+        write, then every outcome after the last, left the loop held for seconds at 100k
+        partitions and ZooKeeper idle meanwhile. Returns the partitions whose znode version
+        moved under us (to re-read and try again)."""
+        in_flight: collections.deque[tuple[_Slice, asyncio.Future[WriteOutcome]]] = collections.deque()
+        conflicts: list[TopicPartition] = []
+        error: ControllerError | None = None
+        start = 0
+        try:
+            while start < len(partitions) or in_flight:
+                # Once ZooKeeper has left a write unanswered, no further slice is sent (as a
+                # single update stops at its first unanswered multi); the ones out are awaited.
+                if start < len(partitions) and error is None and len(in_flight) < WRITES_IN_FLIGHT:
+                    decided = self._decide(partitions[start : start + ELECTION_SLICE], strategy, result, allow_unclean)
+                    start += ELECTION_SLICE
+                    if decided.proposals:
+                        in_flight.append((decided, asyncio.ensure_future(self.store.update(decided.proposals))))
+                        # Let the write reach the wire before the next slice is decided.
+                        await asyncio.sleep(0)
+                    continue
+                if not in_flight:
+                    break
+                done, write = in_flight.popleft()
+                outcome = await write
+                self._apply_outcome(done, outcome, strategy)
+                conflicts.extend(outcome.conflicts)
+                if outcome.error is not None and error is None:
+                    error = outcome.error
+        except BaseException:
+            # A moved controller (or a cancelled operation): nothing more is acted on, and no
+            # write is left running behind the caller's back.
+            for _, write in in_flight:
+                write.cancel()
+            await asyncio.gather(*(w for _, w in in_flight), return_exceptions=True)
+            raise
+        if error is not None:
+            raise error  # after every committed write's requests are in the batch
+        return sorted(conflicts)
+
+    def _decide(
+        self,
+        partitions: Sequence[TopicPartition],
+        strategy: ElectionStrategy,
+        result: StateChangeResult,
+        allow_unclean: bool,
+    ) -> _Slice:
+        decided = _Slice()
+        ctx = self.ctx
+        unclean_default = self.unclean_default()
+        # Without failed log dirs a replica is online when its broker is live and not shutting
+        # down: one set, instead of a method call per replica.
+        online_brokers = None if any(ctx.replicas_on_offline_dirs.values()) else ctx.live_broker_ids
+        for tp in partitions:
+            current = ctx.partition_states.get(tp)
+            assignment = ctx.assignment(tp)
+            if current is None or assignment is None:
+                result.failed[tp] = "no partition state in ZooKeeper"
+                continue
+            if current.controller_epoch > ctx.epoch:
+                raise ControllerMovedError(
+                    f"{tp} was written by controller epoch {current.controller_epoch} > ours {ctx.epoch}"
+                )
+            online = (
+                ctx.online_replicas(tp)
+                if online_brokers is None
+                else {r for r in assignment.replicas if r in online_brokers}
+            )
+            election = elect(
+                strategy,
+                assignment,
+                current,
+                online,
+                ctx.shutting_down_broker_ids,
+                allow_unclean or ctx.unclean_election_enabled(tp.topic, unclean_default),
+            )
+            if election.leader is None:
+                result.failed[tp] = f"no eligible leader ({strategy.value})"
+                log.warning(
+                    "controller %d epoch %d: no eligible leader for %s by %s election: replicas %s, isr %s, "
+                    "online %s",
+                    self.controller_id,
+                    ctx.epoch,
+                    tp,
+                    strategy.value,
+                    list(assignment.replicas),
+                    list(current.isr),
+                    sorted(online),
+                )
+                continue
+            decided.proposals[tp] = election.as_state(ctx.epoch, current.zk_version)
+            decided.previous[tp] = current
+            if election.unclean:
+                decided.unclean.add(tp)
+        return decided
+
+    def _apply_outcome(self, decided: _Slice, outcome: WriteOutcome, strategy: ElectionStrategy) -> None:
+        ctx = self.ctx
+        live = ctx.live_or_shutting_down_broker_ids
+        online = PartitionState.ONLINE
+        for tp, version in outcome.written.items():
+            proposal = decided.proposals[tp]
+            state = LeaderIsrAndControllerEpoch(
+                proposal.leader, proposal.leader_epoch, proposal.isr, version, proposal.controller_epoch
+            )
+            ctx.partition_states[tp] = state
+            self.states[tp] = online
+            assignment = ctx.assignment(tp)
+            assert assignment is not None
+            recipients = [r for r in assignment.replicas if r in live]
+            self.batch.add_leader_and_isr(recipients, tp, state, assignment, is_new=False)
+            unclean = tp in decided.unclean
+            if unclean:
+                self.unclean_elections += 1
+                metrics.UNCLEAN_LEADER_ELECTIONS.inc()
+                log.warning(
+                    "controller %d: UNCLEAN leader election for %s: %d was not in the ISR %s",
+                    self.controller_id,
+                    tp,
+                    state.leader,
+                    list(decided.previous[tp].isr),
+                )
+            self._record_election(tp, state, decided.previous[tp].isr, strategy.value, unclean=unclean)
 
     async def _refresh(self, partitions: list[TopicPartition]) -> None:
         states = await self.store.read(partitions)

@@ -498,11 +498,17 @@ class TermOfOffice:
     def _on_leader_and_isr_response(self, broker_id: int, _api: str, response: Any) -> None:
         if self.closed:
             return
+        # Only the partitions answered with an error travel on: the controller acts on
+        # KAFKA_STORAGE_ERROR alone, and a response lists every partition of its request (30k
+        # entries for a 10k-partition controlled shutdown, all NONE), which this callback, on
+        # the controller's loop, turned into tuples one by one.
         self._put(
             ev.LeaderAndIsrResponseReceived(
                 broker_id=broker_id,
                 error_code=int(response.error_code),
-                partition_errors=tuple((e.topic, e.partition, e.error_code) for e in response.partition_errors),
+                partition_errors=tuple(
+                    (e.topic, e.partition, e.error_code) for e in response.partition_errors if e.error_code
+                ),
             )
         )
 

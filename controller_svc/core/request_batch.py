@@ -231,6 +231,11 @@ class RequestBatch:
                 continue
             if shared is None:
                 shared = _partition_state(tp, state, assignment, is_new)
+                if not is_new and not assignment.adding and not assignment.removing:
+                    # The same fields as the partition's UpdateMetadata state in the common case
+                    # (metadata_encoding.encode_online): encoded once here, the batch's
+                    # UpdateMetadata takes it from the cache instead of building it again.
+                    self.ctx.encoded_partition_states[tp] = (state, assignment, encode_field(shared))
             per_broker[tp] = shared
         self.update_metadata_brokers.update(self.ctx.live_brokers)  # live or shutting down
         self.update_metadata_partitions.add(tp)
