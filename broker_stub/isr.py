@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from broker_stub.state import BrokerState, PartitionRole
 from controller_svc.adapters.zk import codecs, paths
@@ -104,7 +104,7 @@ async def update_isrs(
             results[tp] = IsrChangeResult(ErrorCode.INVALID_UPDATE_VERSION, f"{tp} changed under us: {e}")
             return
         if state.roles.get(tp) is role:
-            state.roles[tp] = replace(role, isr=updated.isr, zk_version=stat.version)
+            state.roles[tp] = role._replace(isr=updated.isr, zk_version=stat.version)
         results[tp] = IsrChangeResult(ErrorCode.NONE, "", updated.isr, stat.version)
         log.info("broker %d: ISR of %s %s -> %s", state.broker_id, tp, list(role.isr), list(updated.isr))
 

@@ -60,27 +60,42 @@ def apply_leader_and_isr(state: BrokerState, request: broker_pb2.LeaderAndIsrReq
         return ApplyResult(error)
     _accept_controller(state, request.controller_id, request.controller_epoch)
     result = ApplyResult()
+    partition_errors, role_changes, roles = result.partition_errors, result.role_changes, state.roles
+    broker_id = state.broker_id
+    check = fencing.check_leader_and_isr_partition
+    any_offline_dir = bool(state.offline_log_dirs)
+    # tuple.__new__: the NamedTuples without their Python-level __new__ (a LeaderAndIsr at
+    # controlled shutdown or failover carries tens of thousands of partitions).
+    new = tuple.__new__
     for partition in request.partition_states:
-        tp = TopicPartition(partition.topic, partition.partition)
+        tp = new(TopicPartition, (partition.topic, partition.partition))
         replicas = tuple(partition.replicas)
-        current = state.leader_epoch(tp)
-        partition_error = fencing.check_leader_and_isr_partition(
-            state.broker_id, replicas, current, partition.leader_epoch, state.is_on_offline_dir(tp)
+        current = roles.get(tp)
+        partition_error = check(
+            broker_id,
+            replicas,
+            current.leader_epoch if current is not None else None,
+            partition.leader_epoch,
+            any_offline_dir and state.is_on_offline_dir(tp),
         )
-        result.partition_errors[tp] = partition_error
+        partition_errors[tp] = partition_error
         if partition_error:
             continue
-        role = PartitionRole(
-            role="leader" if partition.leader == state.broker_id else "follower",
-            leader=partition.leader,
-            leader_epoch=partition.leader_epoch,
-            isr=tuple(partition.isr),
-            replicas=replicas,
-            controller_epoch=partition.controller_epoch,
-            zk_version=partition.zk_version,
+        leader = partition.leader
+        role = new(
+            PartitionRole,
+            (
+                "leader" if leader == broker_id else "follower",
+                leader,
+                partition.leader_epoch,
+                tuple(partition.isr),
+                replicas,
+                partition.controller_epoch,
+                partition.zk_version,
+            ),
         )
-        state.roles[tp] = role
-        result.role_changes[tp] = role
+        roles[tp] = role
+        role_changes[tp] = role
     state.generation += 1
     return result
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
 
 import grpc
 
@@ -260,7 +259,7 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
             offline = sorted(tp for tp in state.roles if state.log_dir_of(tp) == request.log_dir)
             for tp in offline:
                 role = state.roles[tp]
-                state.roles[tp] = replace(role, role="stopped")
+                state.roles[tp] = role._replace(role="stopped")
                 self.state_log.record(
                     "partition.role_changed",
                     topic=tp.topic,

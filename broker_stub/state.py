@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from controller_svc.common.model import TopicPartition
 from kcontroller.v1 import common_pb2
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionRole:
+class PartitionRole(NamedTuple):
+    """A NamedTuple (immutable; changed with `_replace`): a LeaderAndIsr makes one per
+    partition, and a frozen dataclass's __init__ was a sixth of applying 10k of them."""
+
     role: str  # leader | follower | stopped | deleted
     leader: int
     leader_epoch: int
@@ -58,7 +61,7 @@ class BrokerState:
         return self.log_dirs[zlib.crc32(str(tp).encode()) % len(self.log_dirs)]
 
     def is_on_offline_dir(self, tp: TopicPartition) -> bool:
-        return self.log_dir_of(tp) in self.offline_log_dirs
+        return bool(self.offline_log_dirs) and self.log_dir_of(tp) in self.offline_log_dirs
 
     def partitions_led(self) -> int:
         return sum(1 for r in self.roles.values() if r.role == "leader")

@@ -6,7 +6,6 @@ before the fix it is named after (the failover-windows issue, section 1)."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from typing import Any
 
@@ -406,7 +405,7 @@ async def test_failover_sends_only_the_leader_and_isr_brokers_lack_and_repairs_w
         # What a lost request leaves behind: broker 3 one epoch behind on t-1, without t-2.
         broker = cluster.brokers[3].state
         role = broker.roles[tps[1]]
-        broker.roles[tps[1]] = dataclasses.replace(role, leader_epoch=role.leader_epoch - 1)
+        broker.roles[tps[1]] = role._replace(leader_epoch=role.leader_epoch - 1)
         del broker.roles[tps[2]]
         await cluster.stop_controller(1)
         await cluster.until(lambda: len(completed) == 2, what="controller 2's failover")
