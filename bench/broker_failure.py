@@ -28,7 +28,18 @@ from typing import Any
 
 import uvloop
 
-from bench.common import create_partitions, emit, records, save, start_cluster, stop_cluster, wait_all_led
+from bench.common import (
+    CpuMeter,
+    Profiler,
+    create_partitions,
+    emit,
+    log_timeline_ms,
+    records,
+    save,
+    start_cluster,
+    stop_cluster,
+    wait_all_led,
+)
 from controller_svc.adapters.admin_client import AdminClient
 from controller_svc.adapters.zk import paths
 from controller_svc.adapters.zk.client import SetDataOp, WatchKind, ZkClient
@@ -49,7 +60,7 @@ async def floor_writes_ms(zookeeper: str, state_paths: list[str]) -> float:
         await zk.close()
 
 
-async def run(partitions: int, brokers: int, rf: int) -> dict[str, Any]:
+async def run(partitions: int, brokers: int, rf: int, profile_dir: str | None = None) -> dict[str, Any]:
     directory, spec = await asyncio.to_thread(start_cluster, 1, brokers, 6000)
     try:
         await create_partitions(spec, partitions, rf)
@@ -76,6 +87,12 @@ async def run(partitions: int, brokers: int, rf: int) -> dict[str, Any]:
 
         watcher.watch_data(paths.broker_path(victim_id), on_registration)
         await watcher.exists(paths.broker_path(victim_id), watch=True)
+        profiler = Profiler(profile_dir)
+        profiler.start("controller", spec["controllers"][0]["pid"])
+        survivor = next(b for b in spec["brokers"] if b["id"] != victim_id)
+        profiler.start(f"broker-{survivor['id']}", survivor["pid"])
+        cpu = CpuMeter(spec)
+        cpu.start()
         os.kill(victim["pid"], signal.SIGKILL)
         t0 = await gone
         await watcher.close()
@@ -108,6 +125,9 @@ async def run(partitions: int, brokers: int, rf: int) -> dict[str, Any]:
             await asyncio.sleep(0.2)
         else:
             raise TimeoutError(f"only {len(applied_at)} of {len(needed)} replicas applied the failure's changes")
+        # Includes the 2 s of quiet the loop above waits for (idle processes: a few ms each).
+        cpu_ms = cpu.stop()
+        await asyncio.to_thread(profiler.stop)
         new_leaders_ms = max(ts for (b, k), ts in applied_at.items() if k in led) - t0 * 1000
         completed = [
             r
@@ -131,7 +151,10 @@ async def run(partitions: int, brokers: int, rf: int) -> dict[str, Any]:
             "notification_to_controller_ms": round(change["ts"] - t0 * 1000, 1),
             "new_leaders_ms": round(new_leaders_ms, 1),
             "total_ms": round(total_ms, 1),
+            "timeline_ms": log_timeline_ms(spec["logs"], t0 * 1000, victim_id),
+            "cpu_ms": cpu_ms,
             "requests_completed": len(completed),
+            "ratio_to_floor": round(total_ms / floor_ms, 2) if floor_ms else None,
             "floor_zk_writes": writes,
             "floor_zk_writes_ms": round(floor_ms, 1),
             "target": {"total_ms": 500},
@@ -146,8 +169,9 @@ def main() -> None:
     parser.add_argument("--brokers", type=int, default=5)
     parser.add_argument("--out", help="also write the result (a JSON list) to this file")
     parser.add_argument("--replication-factor", type=int, default=3)
+    parser.add_argument("--profile", metavar="DIR", help="py-spy the controller and a surviving broker")
     args = parser.parse_args()
-    result = uvloop.run(run(args.partitions, args.brokers, args.replication_factor))
+    result = uvloop.run(run(args.partitions, args.brokers, args.replication_factor, args.profile))
     emit(result)
     if args.out:
         save(args.out, [result])

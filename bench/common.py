@@ -136,6 +136,106 @@ def records(logs: str, kinds: Iterable[str] | None = None) -> list[dict[str, Any
     return sorted(result, key=lambda r: r["ts"])
 
 
+class CpuMeter:
+    """CPU time (user + system, from /proc) each process of the cluster spends between `start`
+    and `stop`. On a machine with fewer cores than busy processes, this, not a sampling
+    profile (which counts a thread waiting for a core as running), says where the time went."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.pids: dict[str, int] = {f"controller-{c['id']}": c["pid"] for c in spec["controllers"]}
+        self.pids.update({f"broker-{b['id']}": b["pid"] for b in spec["brokers"]})
+        if spec.get("zookeeper_pid"):
+            self.pids["zookeeper"] = spec["zookeeper_pid"]
+        self._started: dict[str, float] = {}
+        self._last: dict[str, float] = {}
+
+    @staticmethod
+    def _cpu_s(pid: int) -> float | None:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def start(self) -> None:
+        self._started = {name: cpu for name, pid in self.pids.items() if (cpu := self._cpu_s(pid)) is not None}
+        self._last = dict(self._started)
+
+    def poll(self) -> None:
+        """Note every process's figure now: a process that exits before `stop` is counted up to
+        its last poll."""
+        for name, pid in self.pids.items():
+            if (cpu := self._cpu_s(pid)) is not None:
+                self._last[name] = cpu
+
+    @staticmethod
+    def threads_ms(pid: int) -> dict[str, float]:
+        """CPU so far of each thread of a process, by the kernel's thread name (the main
+        thread as `main`; threads of one name added up)."""
+        by_name: dict[str, float] = {}
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return by_name
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat", encoding="ascii", errors="replace") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            name = "main" if tid == str(pid) else text.partition("(")[2].rpartition(")")[0]
+            fields = text.rpartition(")")[2].split()
+            ms = (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+            by_name[name] = by_name.get(name, 0.0) + ms
+        return by_name
+
+    def stop(self) -> dict[str, float]:
+        """Milliseconds of CPU per process since `start`, and their total."""
+        self.poll()
+        spent = {}
+        for name, before in self._started.items():
+            spent[name] = round((self._last[name] - before) * 1000, 1)
+        spent["total"] = round(sum(spent.values()), 1)
+        return spent
+
+
+def log_timeline_ms(logs: str, since_ts_ms: float, broker_id: int) -> dict[str, float]:
+    """Milliseconds after `since_ts_ms` at which each step around broker `broker_id`'s departure
+    was logged: the controller hearing of it (a controlled shutdown request or the broker
+    change), its first and last leader elected, the first and last request it sent, the last
+    request to another broker completed, and, for a controlled shutdown, the broker told it
+    succeeded and deregistering. Where the time goes, read from the logs alone."""
+    kinds = [
+        "broker.controlled_shutdown",
+        "broker.change",
+        "partition.leader_elected",
+        "request.sent",
+        "request.completed",
+        "broker.controlled_shutdown_succeeded",
+        "broker.shutdown",
+    ]
+    after = [r for r in records(logs, kinds) if r["ts"] >= since_ts_ms]
+    marks: dict[str, float] = {}
+
+    def mark(name: str, chosen: list[dict[str, Any]], last: bool = False) -> None:
+        if chosen:
+            marks[name] = round((chosen[-1] if last else chosen[0])["ts"] - since_ts_ms, 1)
+
+    mark("controller_heard", [r for r in after if r["kind"] in ("broker.controlled_shutdown", "broker.change")])
+    elected = [r for r in after if r["kind"] == "partition.leader_elected"]
+    mark("first_leader_elected", elected)
+    mark("last_leader_elected", elected, last=True)
+    sent = [r for r in after if r["kind"] == "request.sent"]
+    mark("first_request_sent", sent)
+    mark("last_request_sent", sent, last=True)
+    completed = [r for r in after if r["kind"] == "request.completed" and r["broker"] != broker_id]
+    mark("last_request_to_others_completed", completed, last=True)
+    mark("broker_told_success", [r for r in after if r["kind"] == "broker.controlled_shutdown_succeeded"])
+    mark("broker_deregistered", [r for r in after if r["kind"] == "broker.shutdown"])
+    return marks
+
+
 def machine() -> dict[str, Any]:
     """What a result was measured on: core count, the commit (with a mark if the tree was dirty)."""
     try:
