@@ -72,17 +72,21 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
             result="applied" if result.applied else "rejected",
             error=int(result.error),
         )
-        for tp, role in result.role_changes.items():
-            self.state_log.record(
-                "partition.role_changed",
-                topic=tp.topic,
-                partition=tp.partition,
-                role=role.role,
-                leader=role.leader,
-                leader_epoch=role.leader_epoch,
-                isr=list(role.isr),
-                controller_epoch=controller_epoch,
-            )
+        self.state_log.record_many(
+            "partition.role_changed",
+            (
+                {
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "role": role.role,
+                    "leader": role.leader,
+                    "leader_epoch": role.leader_epoch,
+                    "isr": list(role.isr),
+                    "controller_epoch": controller_epoch,
+                }
+                for tp, role in result.role_changes.items()
+            ),
+        )
 
     def _update_gauges(self) -> None:
         state = self.state

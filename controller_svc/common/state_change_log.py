@@ -16,6 +16,7 @@ import os
 import pathlib
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -51,6 +52,32 @@ class StateChangeLog:
             return
         with self._lock:
             self._pending.append(line)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self.flush)
+
+    def record_many(self, kind: str, rows: Iterable[dict[str, Any]]) -> None:
+        """One record of `kind` per row (its fields), all with the same `ts`: what `record` writes
+        for each, at a fraction of the cost (a LeaderAndIsr or a controlled shutdown logs one
+        record per partition, tens of thousands at once). The common prefix is encoded once and
+        each row's JSON object is appended to it, so the key order is `record`'s."""
+        prefix = orjson.dumps({"ts": int(time.time() * 1000), "node": self.node, "kind": kind})[:-1] + b","
+        dumps = orjson.dumps
+        lines = [prefix + dumps(row, default=str)[1:] + b"\n" if row else prefix[:-1] + b"}\n" for row in rows]
+        if not lines:
+            return
+        if log.isEnabledFor(logging.DEBUG):
+            for line in lines:
+                log.debug("%s", line.decode().rstrip())
+        if self._file is None:
+            return
+        with self._lock:
+            self._pending.extend(lines)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:

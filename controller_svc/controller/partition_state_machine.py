@@ -14,7 +14,7 @@ import enum
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from controller_svc.common import metrics
 from controller_svc.common.errors import ControllerError, ControllerMovedError
@@ -414,6 +414,7 @@ class PartitionStateMachine:
         ctx = self.ctx
         live = ctx.live_or_shutting_down_broker_ids
         online = PartitionState.ONLINE
+        elected: list[dict[str, Any]] = []
         for tp, version in outcome.written.items():
             proposal = decided.proposals[tp]
             state = LeaderIsrAndControllerEpoch(
@@ -436,7 +437,8 @@ class PartitionStateMachine:
                     state.leader,
                     list(decided.previous[tp].isr),
                 )
-            self._record_election(tp, state, decided.previous[tp].isr, strategy.value, unclean=unclean)
+            elected.append(self._election_fields(tp, state, decided.previous[tp].isr, strategy.value, unclean))
+        self.state_log.record_many("partition.leader_elected", elected)
 
     async def _refresh(self, partitions: list[TopicPartition]) -> None:
         states = await self.store.read(partitions)
@@ -458,15 +460,26 @@ class PartitionStateMachine:
         strategy: str,
         unclean: bool,
     ) -> None:
-        self.state_log.record(
-            "partition.leader_elected",
-            topic=tp.topic,
-            partition=tp.partition,
-            leader=state.leader,
-            leader_epoch=state.leader_epoch,
-            isr=list(state.isr),
-            prev_isr=list(prev_isr),
-            strategy=strategy,
-            unclean=unclean,
-            controller_epoch=self.ctx.epoch,
+        self.state_log.record_many(
+            "partition.leader_elected", [self._election_fields(tp, state, prev_isr, strategy, unclean)]
         )
+
+    def _election_fields(
+        self,
+        tp: TopicPartition,
+        state: LeaderIsrAndControllerEpoch,
+        prev_isr: Sequence[int],
+        strategy: str,
+        unclean: bool,
+    ) -> dict[str, Any]:
+        return {
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "leader": state.leader,
+            "leader_epoch": state.leader_epoch,
+            "isr": list(state.isr),
+            "prev_isr": list(prev_isr),
+            "strategy": strategy,
+            "unclean": unclean,
+            "controller_epoch": self.ctx.epoch,
+        }

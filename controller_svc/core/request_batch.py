@@ -245,6 +245,13 @@ class RequestBatch:
         self.update_metadata_partitions.update(partitions)
 
     def add_stop_replica(self, broker_ids: Iterable[int], tp: TopicPartition, delete: bool) -> None:
+        # `build` sends only to live or shutting-down brokers, and liveness changes only between
+        # operations: a dead broker's entries (every replica of a broker that just failed) would
+        # be made only to be dropped.
+        live = self.ctx.live_brokers
+        broker_ids = [b for b in broker_ids if b in live]
+        if not broker_ids:
+            return
         if self.ctx.is_topic_queued_for_deletion(tp.topic):
             leader_epoch = EPOCH_DURING_DELETE
         else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from broker_stub.registration import BrokerRegistration
@@ -85,6 +85,13 @@ class ObservedStateChangeLog(StateChangeLog):
         super().record(kind, **fields)
         if self._observer is not None:
             self._observer(self.node, kind, fields)
+
+    def record_many(self, kind: str, rows: Iterable[dict[str, Any]]) -> None:
+        rows = list(rows)
+        super().record_many(kind, rows)
+        if self._observer is not None:
+            for fields in rows:
+                self._observer(self.node, kind, fields)
 
 
 class SimBroker:
