@@ -72,9 +72,10 @@ class BrokerInfo:
         return self.endpoints[0] if self.endpoints else None
 
 
-@dataclass(frozen=True, slots=True)
-class LeaderIsrAndControllerEpoch:
-    """Contents of /brokers/topics/<t>/partitions/<p>/state, plus its zkVersion."""
+class LeaderIsrAndControllerEpoch(NamedTuple):
+    """Contents of /brokers/topics/<t>/partitions/<p>/state, plus its zkVersion. A NamedTuple
+    like TopicPartition: built two or three times per partition by every election (and 100k
+    times by a cold failover's load), where a frozen dataclass's __init__ runs as Python code."""
 
     leader: int
     leader_epoch: int
