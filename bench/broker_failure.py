@@ -38,6 +38,7 @@ from bench.common import (
     save,
     start_cluster,
     stop_cluster,
+    summary_of_runs,
     wait_all_led,
 )
 from controller_svc.adapters.admin_client import AdminClient
@@ -170,11 +171,22 @@ def main() -> None:
     parser.add_argument("--out", help="also write the result (a JSON list) to this file")
     parser.add_argument("--replication-factor", type=int, default=3)
     parser.add_argument("--profile", metavar="DIR", help="py-spy the controller and a surviving broker")
+    parser.add_argument("--runs", type=int, default=1, help="repeat on a fresh cluster each time; adds a summary")
     args = parser.parse_args()
-    result = uvloop.run(run(args.partitions, args.brokers, args.replication_factor, args.profile))
-    emit(result)
+    results = []
+    for index in range(args.runs):
+        result = uvloop.run(run(args.partitions, args.brokers, args.replication_factor, args.profile))
+        result["run"] = index + 1
+        emit(result)
+        results.append(result)
+    if args.runs > 1:
+        summary = summary_of_runs(
+            "broker_hard_failure", results, ["total_ms", "new_leaders_ms", "ratio_to_floor", "floor_zk_writes_ms"]
+        )
+        emit(summary)
+        results.append(summary)
     if args.out:
-        save(args.out, [result])
+        save(args.out, results)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import os
 import pathlib
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -250,6 +251,17 @@ def machine() -> dict[str, Any]:
         "commit": commit,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def summary_of_runs(benchmark: str, results: list[dict[str, Any]], keys: list[str]) -> dict[str, Any]:
+    """min / median / max of `keys` over repeated runs (each on a fresh cluster): on a shared
+    2-core machine one run's figure can be 30% off the next one's."""
+    summary: dict[str, Any] = {"benchmark": benchmark, "summary": True, "runs": len(results)}
+    for key in keys:
+        values = sorted(float(r[key]) for r in results if r.get(key) is not None)
+        if values:
+            summary[key] = {"min": values[0], "median": statistics.median(values), "max": values[-1]}
+    return summary
 
 
 def emit(result: dict[str, Any]) -> None:

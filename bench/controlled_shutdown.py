@@ -30,6 +30,7 @@ from bench.common import (
     save,
     start_cluster,
     stop_cluster,
+    summary_of_runs,
     wait_all_led,
 )
 from controller_svc.adapters.admin_client import AdminClient
@@ -131,11 +132,22 @@ def main() -> None:
     parser.add_argument("--brokers", type=int, default=5)
     parser.add_argument("--out", help="also write the result (a JSON list) to this file")
     parser.add_argument("--profile", metavar="DIR", help="py-spy the controller and the broker during the shutdown")
+    parser.add_argument("--runs", type=int, default=1, help="repeat on a fresh cluster each time; adds a summary")
     args = parser.parse_args()
-    result = uvloop.run(run(args.partitions, args.brokers, args.profile))
-    emit(result)
+    results = []
+    for index in range(args.runs):
+        result = uvloop.run(run(args.partitions, args.brokers, args.profile))
+        result["run"] = index + 1
+        emit(result)
+        results.append(result)
+    if args.runs > 1:
+        summary = summary_of_runs(
+            "controlled_shutdown", results, ["sigterm_to_exit_ms", "ratio_to_floor", "floor_zk_writes_ms"]
+        )
+        emit(summary)
+        results.append(summary)
     if args.out:
-        save(args.out, [result])
+        save(args.out, results)
 
 
 if __name__ == "__main__":
