@@ -45,21 +45,7 @@ class StateChangeLog:
     def record(self, kind: str, **fields: Any) -> None:
         entry: dict[str, Any] = {"ts": int(time.time() * 1000), "node": self.node, "kind": kind}
         entry.update(fields)
-        line = orjson.dumps(entry, default=str) + b"\n"
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s", line.decode().rstrip())
-        if self._file is None:
-            return
-        with self._lock:
-            self._pending.append(line)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self.flush()
-            return
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            loop.call_soon(self.flush)
+        self._append([orjson.dumps(entry, default=str) + b"\n"])
 
     def record_many(self, kind: str, rows: Iterable[dict[str, Any]]) -> None:
         """One record of `kind` per row (its fields), all with the same `ts`: what `record` writes
@@ -68,7 +54,9 @@ class StateChangeLog:
         each row's JSON object is appended to it, so the key order is `record`'s."""
         prefix = orjson.dumps({"ts": int(time.time() * 1000), "node": self.node, "kind": kind})[:-1] + b","
         dumps = orjson.dumps
-        lines = [prefix + dumps(row, default=str)[1:] + b"\n" if row else prefix[:-1] + b"}\n" for row in rows]
+        self._append([prefix + dumps(row, default=str)[1:] + b"\n" if row else prefix[:-1] + b"}\n" for row in rows])
+
+    def _append(self, lines: list[bytes]) -> None:
         if not lines:
             return
         if log.isEnabledFor(logging.DEBUG):

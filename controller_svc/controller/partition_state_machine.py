@@ -255,7 +255,7 @@ class PartitionStateMachine:
             assignment = self.ctx.assignment(tp)
             assert assignment is not None
             self.batch.add_leader_and_isr(state.isr, tp, state, assignment, is_new=True)
-            self._record_election(tp, state, (), "new", unclean=False)
+            self.state_log.record_many("partition.leader_elected", [self._election_fields(tp, state, (), "new", False)])
         outcome.raise_error()
 
     async def _refresh_unclean_permission(self, partitions: list[TopicPartition]) -> None:
@@ -451,18 +451,6 @@ class PartitionStateMachine:
                     f"{tp} was written by controller epoch {state.controller_epoch} > ours {self.ctx.epoch}"
                 )
             self.ctx.partition_states[tp] = state
-
-    def _record_election(
-        self,
-        tp: TopicPartition,
-        state: LeaderIsrAndControllerEpoch,
-        prev_isr: Sequence[int],
-        strategy: str,
-        unclean: bool,
-    ) -> None:
-        self.state_log.record_many(
-            "partition.leader_elected", [self._election_fields(tp, state, prev_isr, strategy, unclean)]
-        )
 
     def _election_fields(
         self,
