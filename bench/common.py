@@ -241,8 +241,18 @@ def machine() -> dict[str, Any]:
     """What a result was measured on: core count, the commit (with a mark if the tree was dirty)."""
     try:
         commit = subprocess.run(
-            ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, check=True, timeout=10
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True, timeout=10
         ).stdout.strip()
+        # Results written by an earlier benchmark of the same session do not make the code dirty.
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        if changed:
+            commit += "-dirty"
     except (OSError, subprocess.SubprocessError):
         commit = "unknown"
     return {
