@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from broker_stub import fencing
 from broker_stub.state import BrokerState, PartitionRole
 from controller_svc.common.errors import ErrorCode
-from controller_svc.common.model import TopicPartition
+from controller_svc.common.model import LEADER_DURING_DELETE, TopicPartition
 from kcontroller.v1 import broker_pb2
 
 
@@ -43,12 +43,16 @@ def apply_update_metadata(state: BrokerState, request: broker_pb2.UpdateMetadata
     if request.controller_endpoint:
         state.controller_endpoint = request.controller_endpoint
     state.live_brokers = {b.id: b for b in request.live_brokers}
+    metadata = state.metadata
+    # tuple.__new__: the NamedTuple keys without their Python-level __new__ (a failover's
+    # UpdateMetadata carries every partition of the cluster, to every broker at once).
+    new = tuple.__new__
     for partition in request.partition_states:
-        tp = TopicPartition(partition.topic, partition.partition)
-        if partition.leader == -2:  # LeaderDuringDelete: the topic is being deleted
-            state.metadata.pop(tp, None)
+        tp = new(TopicPartition, (partition.topic, partition.partition))
+        if partition.leader == LEADER_DURING_DELETE:  # the topic is being deleted
+            metadata.pop(tp, None)
         else:
-            state.metadata[tp] = partition
+            metadata[tp] = partition
     state.update_metadata_count += 1
     state.generation += 1
     return ApplyResult()
