@@ -92,6 +92,13 @@ class StateChangeResult:
         return not self.failed and not self.invalid
 
 
+async def _cancel_all(in_flight: collections.deque[tuple[_Slice, asyncio.Future[WriteOutcome]]]) -> None:
+    for _, write in in_flight:
+        write.cancel()
+    await asyncio.gather(*(w for _, w in in_flight), return_exceptions=True)
+    in_flight.clear()
+
+
 class PartitionStateMachine:
     def __init__(
         self,
@@ -343,16 +350,45 @@ class PartitionStateMachine:
                 conflicts.extend(outcome.conflicts)
                 if outcome.error is not None and error is None:
                     error = outcome.error
-        except BaseException:
-            # A moved controller (or a cancelled operation): nothing more is acted on, and no
-            # write is left running behind the caller's back.
-            for _, write in in_flight:
-                write.cancel()
-            await asyncio.gather(*(w for _, w in in_flight), return_exceptions=True)
+        except (ControllerMovedError, asyncio.CancelledError):
+            # A moved controller (its batch is dropped) or a cancelled operation: nothing more is
+            # acted on, and no write is left running behind the caller's back.
+            await _cancel_all(in_flight)
+            raise
+        except Exception as failure:
+            # Any other failure of one write (ZooKeeper refusing a multi, say): what the others
+            # committed is acted on before it is raised, so its requests go out with the batch
+            # (a committed write's effect is never dropped).
+            moved = await self._settle(in_flight, strategy)
+            if moved is not None:
+                raise moved from failure
             raise
         if error is not None:
             raise error  # after every committed write's requests are in the batch
         return sorted(conflicts)
+
+    async def _settle(
+        self, in_flight: collections.deque[tuple[_Slice, asyncio.Future[WriteOutcome]]], strategy: ElectionStrategy
+    ) -> ControllerMovedError | None:
+        """Await the writes still out and act on every one that succeeded; a moved controller
+        among them is returned (it outranks the failure being raised)."""
+        moved: ControllerMovedError | None = None
+        try:
+            while in_flight:
+                decided, write = in_flight.popleft()
+                try:
+                    outcome = await write
+                except ControllerMovedError as e:
+                    moved = moved or e
+                    continue
+                except Exception:
+                    continue
+                if moved is None:
+                    self._apply_outcome(decided, outcome, strategy)
+        except asyncio.CancelledError:
+            await _cancel_all(in_flight)
+            raise
+        return moved
 
     def _decide(
         self,

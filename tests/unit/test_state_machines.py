@@ -295,3 +295,79 @@ def test_replica_start_up_with_a_standbys_keys_equals_the_start_up_without(case:
         assert rsm.states[PartitionAndReplica(TopicPartition("t", 1), 4)] is ReplicaState.DELETION_INELIGIBLE
     if case == "replaced_dict":
         assert PartitionAndReplica(TopicPartition("t", 0), 4) in rsm.states
+
+
+class StoreRefusingOneWrite(FakePartitionStore):
+    """The n-th update (one election slice) is refused by ZooKeeper (NoAuth) after the others
+    were sent; each update waits a few loop steps, so the slices are in flight together."""
+
+    def __init__(self, refuse: int, moved: int | None = None) -> None:
+        super().__init__()
+        self.refuse = refuse
+        self.moved = moved
+        self.updates = 0
+        self.outstanding = 0
+        self.most_outstanding = 0
+
+    async def update(self, states):  # type: ignore[no-untyped-def]
+        import asyncio
+
+        from controller_svc.common.errors import ZkNotAuthorizedError
+
+        self.updates += 1
+        number = self.updates
+        self.outstanding += 1
+        self.most_outstanding = max(self.most_outstanding, self.outstanding)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        self.outstanding -= 1
+        if number == self.moved:
+            raise ControllerMovedError("epoch moved")
+        if number == self.refuse:
+            raise ZkNotAuthorizedError("refused")
+        return await super().update(states)
+
+
+def _three_slices(monkeypatch: pytest.MonkeyPatch, store: FakePartitionStore):  # type: ignore[no-untyped-def]
+    import controller_svc.controller.partition_state_machine as module
+
+    monkeypatch.setattr(module, "ELECTION_SLICE", 2)
+    ctx = context((1, 2, 3), {"t": {p: [1, 2, 3] for p in range(6)}})
+    batch = RequestBatch(9, ctx)
+    psm = PartitionStateMachine(ctx, store, batch, null_log(), 9, lambda: False)
+    rsm = ReplicaStateMachine(ctx, store, batch, null_log(), 9)
+    return ctx, batch, psm, rsm
+
+
+async def test_a_refused_slice_does_not_drop_what_the_slices_in_flight_with_it_committed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from controller_svc.common.errors import ZkNotAuthorizedError
+
+    store = StoreRefusingOneWrite(refuse=0)
+    ctx, batch, psm, rsm = _three_slices(monkeypatch, store)
+    await bring_online(ctx, store, batch, psm, rsm)
+    store.refuse = store.updates + 2  # the second of the three election slices
+    batch.new_batch()
+    partitions = ctx.all_partitions()
+    with pytest.raises(ZkNotAuthorizedError):
+        await psm.handle_state_changes(partitions, PartitionState.ONLINE, ElectionStrategy.PREFERRED)
+    assert store.most_outstanding == 3  # the three slices were out together
+    sink = RecordingSink()
+    batch.send(sink)
+    sent = {p.partition for _, api, r in sink.sent if api == "LeaderAndIsr" for p in r.partition_states}
+    # Slices 1 and 3 were committed in ZooKeeper: their requests go out; slice 2 wrote nothing.
+    written = {tp.partition for tp, s in store.znodes.items() if s.leader_epoch == 1}
+    assert written == {0, 1, 4, 5} and sent == written
+    assert all(ctx.partition_states[TopicPartition("t", p)].leader_epoch == 1 for p in written)
+
+
+async def test_a_moved_controller_among_the_slices_outranks_a_refused_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = StoreRefusingOneWrite(refuse=0)
+    ctx, batch, psm, rsm = _three_slices(monkeypatch, store)
+    await bring_online(ctx, store, batch, psm, rsm)
+    store.refuse, store.moved = store.updates + 1, store.updates + 3
+    batch.new_batch()
+    with pytest.raises(ControllerMovedError):
+        await psm.handle_state_changes(ctx.all_partitions(), PartitionState.ONLINE, ElectionStrategy.PREFERRED)
+    batch.clear()
