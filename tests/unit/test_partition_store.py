@@ -162,3 +162,22 @@ async def test_a_conflict_is_resolved_within_its_own_multi() -> None:
     assert result.conflicts == {TopicPartition("t", 4)}
     assert sorted(tp.partition for tp in result.written) == [0, 1, 2, 3, 5, 6, 7, 8]
     assert zk.ops_per_multi == [3, 3, 3, 2]
+
+
+async def test_a_refused_multi_keeps_what_the_others_committed_and_is_reported_not_raised() -> None:
+    from controller_svc.common.errors import ZkNotAuthorizedError
+
+    zk = StoreWithSlowMultis({2: ZkNotAuthorizedError("refused")})
+    store = ZkPartitionStateStore(zk, max_ops=2)  # type: ignore[arg-type]
+    result = await store.update(_states(6))
+    assert sorted(tp.partition for tp in result.written) == [0, 1, 4, 5]
+    assert isinstance(result.error, ZkNotAuthorizedError)
+
+
+async def test_a_bug_in_a_multi_is_raised_as_it_is() -> None:
+    import pytest
+
+    zk = StoreWithSlowMultis({2: KeyError("bug")})
+    store = ZkPartitionStateStore(zk, max_ops=2)  # type: ignore[arg-type]
+    with pytest.raises(KeyError):
+        await store.update(_states(6))

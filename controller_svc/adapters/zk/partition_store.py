@@ -38,8 +38,8 @@ MULTIS_IN_FLIGHT = 8
 class WriteResult:
     written: dict[TopicPartition, int] = field(default_factory=dict)  # new zkVersion
     conflicts: set[TopicPartition] = field(default_factory=set)  # BadVersion / NodeExists / NoNode
-    # ZooKeeper failed a later multi (no answer even after retrying on the same session): the
-    # partitions in `written` are committed all the same, and the caller must act on them
+    # ZooKeeper failed a multi (no answer even after retrying on the same session, or refused
+    # while others committed): the partitions in `written` are committed all the same, and the caller must act on them
     # (send their requests) before raising this (Kafka's retryRequestsUntilConnected never
     # drops a committed write's effect).
     error: ControllerError | None = None
@@ -142,9 +142,19 @@ class ZkPartitionStateStore:
 
         outcomes = await asyncio.gather(*(bounded(c) for c in chunks), return_exceptions=True)
         failures = [o for o in outcomes if isinstance(o, BaseException)]
-        if failures:
-            # A moved controller outranks any other failure: the caller must resign.
-            raise next((f for f in failures if isinstance(f, ControllerMovedError)), failures[0])
+        if not failures:
+            return
+        # A moved controller outranks any other failure: the caller must resign. Anything but
+        # a ZooKeeper error is a bug, raised as it is.
+        moved = [f for f in failures if isinstance(f, ControllerMovedError)]
+        bugs = [f for f in failures if not isinstance(f, ControllerError)]
+        refused = [f for f in failures if isinstance(f, ControllerError)]
+        if moved or bugs:
+            raise (moved or bugs)[0]
+        # ZooKeeper refused a multi (NoAuth, say) while others committed: reported like a
+        # multi left unanswered, so the caller acts on `written` before raising it.
+        if result.error is None:
+            result.error = refused[0]
 
     async def _run_chunk(self, chunk: list[tuple[TopicPartition, ZkOp]], result: WriteResult, created: bool) -> None:
         while chunk:
