@@ -134,6 +134,8 @@ def main() -> None:
     parser.add_argument("--profile", metavar="DIR", help="py-spy the controller and the broker during the shutdown")
     parser.add_argument("--runs", type=int, default=1, help="repeat on a fresh cluster each time; adds a summary")
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.error(f"--runs must be at least 1, not {args.runs}")
     results = []
     for index in range(args.runs):
         result = uvloop.run(run(args.partitions, args.brokers, args.profile))

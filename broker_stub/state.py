@@ -15,7 +15,7 @@ from kcontroller.v1 import common_pb2
 
 class PartitionRole(NamedTuple):
     """A NamedTuple (immutable; changed with `_replace`): a LeaderAndIsr makes one per
-    partition, and a frozen dataclass's __init__ was a sixth of applying 10k of them."""
+    partition, and a frozen dataclass's __init__ runs as Python code."""
 
     role: str  # leader | follower | stopped | deleted
     leader: int

@@ -2,9 +2,9 @@
 multis, encoded and decoded with `struct`.
 
 aiozk renders and parses every field through its generic `Part` machinery, in Python, on the
-session's thread: about 20 ms of CPU for a multi of 1000 setData and its reply, holding the GIL
-the controller's own thread needs (a 10k-partition controlled shutdown spent a seventh of its
-CPU there). The encodings here are jute's, byte for byte; `tests/unit/test_zk_wire.py` pins
+session's thread: about 20 ms of CPU for a multi of 1000 setData and its reply (measured in
+isolation), holding the GIL the controller's own thread needs; a 10k-partition controlled
+shutdown writes ten of them. The encodings here are jute's, byte for byte; `tests/unit/test_zk_wire.py` pins
 them against aiozk's own codecs.
 
 Also the plain data of the wire the rest of the adapter shares: the multi's ops, their results
