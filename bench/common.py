@@ -22,7 +22,11 @@ from kcontroller.v1 import controller_pb2
 
 
 def start_cluster(
-    controllers: int, brokers: int, session_timeout_ms: int = 10000, **overrides: str
+    controllers: int,
+    brokers: int,
+    session_timeout_ms: int = 10000,
+    zookeeper_heap_mb: int = 1024,
+    **overrides: str,
 ) -> tuple[str, dict[str, Any]]:
     directory = tempfile.mkdtemp(prefix="kc-bench-")
     spec = devcluster.up(
@@ -33,6 +37,7 @@ def start_cluster(
         controller_overrides={"controller.socket.timeout.ms": "120000", **overrides},
         broker_overrides={"replica.catchup.delay.ms": "1000"},
         wait_s=180,
+        zookeeper_heap_mb=zookeeper_heap_mb,
     )
     return directory, spec
 

@@ -203,10 +203,11 @@ def up(
     wait_s: float = 90.0,
     wait: bool = True,
     zookeeper_nodes: int = 1,
+    zookeeper_heap_mb: int = 1024,
 ) -> dict[str, Any]:
     """Contract 4. With no `zookeeper`, starts a local one: standalone, or an ensemble of
     `zookeeper_nodes` servers (cluster.json then also lists them under `zookeeper_nodes`, with
-    what restarting each takes)."""
+    what restarting each takes), each with a Java heap of `zookeeper_heap_mb`."""
     base = pathlib.Path(directory).resolve()
     if (base / CLUSTER_FILE).exists():
         raise ClusterError(f"{base / CLUSTER_FILE} exists: run `controller-svc cluster down --dir {directory}` first")
@@ -215,7 +216,9 @@ def up(
     zookeeper_pid: int | None = None
     zk_nodes: list[dict[str, Any]] = []
     if zookeeper is None:
-        zk = zookeeper_launcher.start(base / "zookeeper", nodes=zookeeper_nodes, detach=True)
+        zk = zookeeper_launcher.start(
+            base / "zookeeper", nodes=zookeeper_nodes, detach=True, heap_mb=zookeeper_heap_mb
+        )
         zookeeper = zk.connect
         zookeeper_pid = zk.pids[0]
         zk_nodes = [
