@@ -54,6 +54,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--dir", default=None, help="cluster directory (default: a new temporary one)")
     demo.add_argument("--session-timeout-ms", type=int, default=6000)
     demo.add_argument("--no-analysis", action="store_true", help="skip the Spark analysis at the end")
+    demo.add_argument(
+        "--containers",
+        action="store_true",
+        help="instead: build the images and run deploy/compose.yaml's cluster as containers (podman)",
+    )
+    demo.add_argument(
+        "--base",
+        choices=("local", "registry"),
+        default="local",
+        help="with --containers: base images made from Debian's packages (default) or pulled from a registry",
+    )
+
+    image = sub.add_parser("image", help="container images (podman)")
+    image_sub = image.add_subparsers(dest="image_command", required=True)
+    image_build = image_sub.add_parser(
+        "build", help="build the node and ZooKeeper images of deploy/compose.yaml; print their variables"
+    )
+    image_build.add_argument(
+        "--base",
+        choices=("local", "registry"),
+        default="local",
+        help="local: bases made from Debian's packages, no network in the build (default); registry: python:3.11-slim",
+    )
 
     chaos = sub.add_parser(
         "chaos",
@@ -115,12 +138,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_cluster(args, parser)
     if args.command == "chaos":
         return run_chaos_command(args, parser)
+    if args.command == "image":
+        return build_image_command(args.base)
+    if args.command == "demo" and args.containers:
+        from controller_svc.devtools.containers import run_container_demo
+
+        return run_container_demo(args.base)
     if args.command == "demo":
         from controller_svc.devtools.demo import run_demo
 
         return run_demo(args.dir, args.session_timeout_ms, analyse_logs=not args.no_analysis)
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+def build_image_command(base: str) -> int:
+    from controller_svc.devtools import containers
+
+    missing = containers.missing_tools()
+    if missing:
+        print(f"error: {', '.join(missing)} not installed (`./dev setup` installs them)", file=sys.stderr)
+        return 2
+    env = containers.podman_env()
+    try:
+        images = containers.build_images(base, env)
+    except containers.ContainerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    for key, value in {"CONTAINERS_CONF": env["CONTAINERS_CONF"], **images.compose_env()}.items():
+        print(f"{key}={value}")
+    return 0
 
 
 def run_chaos_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
