@@ -39,7 +39,9 @@ def cluster() -> Iterator[dict[str, str]]:
         containers.compose(PROJECT, images, "down", "-v", env=env, timeout_s=300)
 
 
-def podman(env: dict[str, str], *args: str, check: bool = True, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+def podman(
+    env: dict[str, str], *args: str, check: bool = True, timeout_s: float = 60
+) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(["podman", *args], env=env, capture_output=True, text=True, timeout=timeout_s)
     if check:
         assert done.returncode == 0, f"podman {' '.join(args)}: {done.stdout}{done.stderr}"
@@ -144,8 +146,13 @@ def test_podman_stop_of_a_broker_runs_its_controlled_shutdown(cluster: dict[str,
         "--replication-factor",
         "3",
     )
+
+    def broker_1_leads() -> dict[str, Any] | None:
+        shown = describe(cluster, "controller-1")
+        return shown if shown and len(shown["brokers"]) == 3 and shown["brokers"][1]["leading"] else None
+
     before = poll(
-        lambda: (d := describe(cluster, "controller-1")) and len(d["brokers"]) == 3 and d["brokers"][1]["leading"] and d,
+        broker_1_leads,
         120,
         "broker 1 to lead partitions of the new topic",
     )
