@@ -152,6 +152,19 @@ async def measure(
         "completed": settle_until is not None,
         "exactly_one_election": len(elections) == 1 and not resignations and settle_until is not None,
         "max_event_loop_blocked_ms": max((r["blocked_ms"] for r in blocked), default=0),
+        # Which node and step held its loop, and when (from /controller's deletion): a run that
+        # does not complete says where to look.
+        "longest_blocks": [
+            {
+                "node": r["node"],
+                "step": r.get("step"),
+                "blocked_ms": r["blocked_ms"],
+                "at_ms": round(r["ts"] - t0 * 1000, 1),
+            }
+            for r in sorted(blocked, key=lambda r: -r["blocked_ms"])[:5]
+        ],
+        "elected_at_ms": [round(r["ts"] - t0 * 1000, 1) for r in elections],
+        "resigned_at_ms": [round(r["ts"] - t0 * 1000, 1) for r in resignations],
     }
     if settle_until is None:
         result["gave_up_after_s"] = give_up_s
