@@ -297,6 +297,7 @@ async def run(
     profile_dir: str | None = None,
     controller_config: dict[str, str] | None = None,
     zookeeper_heap_mb: int | None = None,
+    give_up_s: float | None = None,
 ) -> dict[str, Any]:
     overrides = controller_config or {}
     # ZooKeeper holds about 1 KB of heap per partition (the state znode and its parent); the
@@ -313,7 +314,7 @@ async def run(
         floor_ms = await floor_read_ms(spec["zookeeper"])
         profiler = Profiler(profile_dir)
         try:
-            result = await measure(spec, session_timeout_ms, max(120.0, partitions / 1000.0), profiler)
+            result = await measure(spec, session_timeout_ms, give_up_s or max(120.0, partitions / 1000.0), profiler)
         finally:
             await asyncio.to_thread(profiler.stop)
         if result["completed"]:
@@ -382,6 +383,9 @@ def main() -> None:
     parser.add_argument(
         "--zookeeper-heap-mb", type=int, help="ZooKeeper's Java heap; default 1024 or 1 MB per 200 partitions"
     )
+    parser.add_argument(
+        "--give-up-s", type=float, help="stop waiting for the failover after this long; default 1 s per 1000 partitions"
+    )
     args = parser.parse_args()
     if any(count < 1 for count in args.partitions or []) or args.brokers < args.replication_factor:
         parser.error("--partitions must be positive and --brokers at least --replication-factor")
@@ -397,6 +401,7 @@ def main() -> None:
                 args.profile,
                 config,
                 args.zookeeper_heap_mb,
+                args.give_up_s,
             )
         )
         emit(result)

@@ -166,6 +166,29 @@ def container(project: str, service: str) -> str:
     return f"{project}_{service}_1"
 
 
+def cli_in(project: str, service: str, *args: str) -> list[str]:
+    """`controller-svc ARGS` run inside a service's container."""
+    return ["podman", "exec", container(project, service), "controller-svc", *args]
+
+
+def create_topic(project: str, service: str, topic: str, partitions: int, replication_factor: int) -> list[str]:
+    """CreateTopics from inside `service`'s container, the controller found through zk1."""
+    return cli_in(
+        project,
+        service,
+        "topics",
+        "create",
+        "--zookeeper",
+        "zk1:2181",
+        "--topic",
+        topic,
+        "--partitions",
+        str(partitions),
+        "--replication-factor",
+        str(replication_factor),
+    )
+
+
 DEMO_PROJECT = "kcontroller-demo"
 
 
@@ -183,7 +206,7 @@ def run_container_demo(base: str = "local", wait_s: float = 180.0) -> int:
         images = build_images(base, env)
         print(f"== starting deploy/compose.yaml as project {DEMO_PROJECT}", file=sys.stderr)
         compose(DEMO_PROJECT, images, "up", "-d", "--no-build", env=env)
-        exec_describe = ["podman", "exec", container(DEMO_PROJECT, "controller-1"), "controller-svc", "describe"]
+        exec_describe = cli_in(DEMO_PROJECT, "controller-1", "describe")
         deadline = time.monotonic() + wait_s
         while True:
             shown = run([*exec_describe, "--zookeeper", "zk1:2181"], env, 30, check=False)
@@ -192,26 +215,7 @@ def run_container_demo(base: str = "local", wait_s: float = 180.0) -> int:
             if time.monotonic() > deadline:
                 raise ContainerError(f"the cluster was not up after {wait_s:.0f} s:\n{shown}")
             time.sleep(2)
-        run(
-            [
-                "podman",
-                "exec",
-                container(DEMO_PROJECT, "controller-1"),
-                "controller-svc",
-                "topics",
-                "create",
-                "--zookeeper",
-                "zk1:2181",
-                "--topic",
-                "demo",
-                "--partitions",
-                "6",
-                "--replication-factor",
-                "3",
-            ],
-            env,
-            60,
-        )
+        run(create_topic(DEMO_PROJECT, "controller-1", "demo", partitions=6, replication_factor=3), env, 60)
         time.sleep(3)
         print(run([*exec_describe, "--zookeeper", "zk1:2181"], env, 30))
     except ContainerError as e:
