@@ -140,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_chaos_command(args, parser)
     if args.command == "image":
         return build_image_command(args.base)
+    if args.command == "demo" and args.base != "local" and not args.containers:
+        parser.error("--base chooses the containers' base images: it needs --containers")
     if args.command == "demo" and args.containers:
         from controller_svc.devtools.containers import run_container_demo
 

@@ -178,3 +178,11 @@ def test_bad_configuration_names_the_key_and_exits_2(bad: str) -> None:
     )
     assert result.returncode == 2
     assert bad.split("=")[0] in result.stderr
+
+
+def test_demo_base_without_containers_is_refused() -> None:
+    result = subprocess.run(
+        [str(BIN / "controller-svc"), "demo", "--base", "registry"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert "--base" in result.stderr and "--containers" in result.stderr
