@@ -146,9 +146,11 @@ def test_podman_stop_of_a_broker_runs_its_controlled_shutdown(cluster: dict[str,
     podman(cluster, "stop", "--time", "45", name("broker-1"), timeout_s=90)
     state = json.loads(podman(cluster, "inspect", name("broker-1")).stdout)[0]["State"]
     assert state["ExitCode"] == 0, state
-    kinds = [r["kind"] for r in records(cluster, "broker-1") if r["kind"] != "node.alive"]
-    assert "broker.controlled_shutdown_succeeded" in kinds and kinds[-1] == "broker.shutdown", kinds[-10:]
-    assert kinds.index("broker.controlled_shutdown_succeeded") < kinds.index("broker.shutdown")
+    kinds = [r["kind"] for r in records(cluster, "broker-1")]
+    assert "broker.controlled_shutdown_succeeded" in kinds and "broker.shutdown" in kinds, kinds[-10:]
+    # The shutdown is recorded at deregistration; requests already in flight may still be
+    # answered (and recorded) in the server's short grace after it.
+    assert kinds.index("broker.controlled_shutdown_succeeded") < kinds.index("broker.shutdown"), kinds[-10:]
 
     def moved() -> list[dict[str, Any]] | None:
         # The controller's log is read while it runs: its records may still be on their way.
