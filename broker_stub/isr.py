@@ -120,12 +120,9 @@ async def update_isrs(
 
 
 def under_replicated_led(state: BrokerState) -> set[TopicPartition]:
-    """Partitions this broker leads whose ISR lacks some replica (a full scan)."""
-    return {
-        tp
-        for tp, role in state.roles.items()
-        if role.role == "leader" and len(role.isr) < len(role.replicas) and not state.is_on_offline_dir(tp)
-    }
+    """Partitions this broker leads whose ISR lacks some replica (kept by the role table as
+    roles change, not a scan)."""
+    return state.under_replicated_led()
 
 
 def caught_up_followers(

@@ -82,11 +82,12 @@ class PartitionManager:
 
     # --- failover -------------------------------------------------------------------------------
 
-    def initialize_state_machines(self) -> None:
-        """The failover's start of both state machines from the context (pure, CPU only): may
-        run before `start_up`, e.g. while waiting for the brokers' replica epochs."""
-        self.rsm.initialize()
-        self.psm.initialize()
+    async def initialize_state_machines(self) -> None:
+        """The failover's start of both state machines from the context (CPU only, yielding to
+        the loop between chunks): may run before `start_up`, e.g. while the brokers' replica
+        epochs are awaited."""
+        await self.rsm.initialize()
+        await self.psm.initialize()
         self._state_machines_initialized = True
 
     async def start_up(
@@ -100,7 +101,7 @@ class PartitionManager:
             batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, self.ctx.all_partitions())
         mark("update_metadata")
         if not self._state_machines_initialized:
-            self.initialize_state_machines()
+            await self.initialize_state_machines()
             mark("state_machines_init")
         self._state_machines_initialized = False
         offline = [r for r, s in self.rsm.states.items() if s is not ReplicaState.ONLINE]

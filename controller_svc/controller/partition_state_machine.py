@@ -23,6 +23,7 @@ from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.core.context import ControllerContext
 from controller_svc.core.election import ElectionStrategy, elect
 from controller_svc.core.request_batch import RequestBatch
+from controller_svc.core.tracked import CountedStates
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,8 @@ class PartitionStateMachine:
         self.state_log = state_log
         self.controller_id = controller_id
         self.unclean_default = unclean_default
-        self.states: dict[TopicPartition, PartitionState] = {}
+        # Offline partitions counted per topic as they are written (the gauge's count).
+        self.states: CountedStates[PartitionState] = CountedStates(PartitionState.OFFLINE)
         self.unclean_elections = 0
 
     def __repr__(self) -> str:
@@ -126,8 +128,9 @@ class PartitionStateMachine:
 
     # --- bookkeeping ---------------------------------------------------------------------------
 
-    def initialize(self) -> None:
-        """On failover: live leader -> Online, dead leader -> Offline, no state -> New."""
+    async def initialize(self, chunk: int = 100_000) -> None:
+        """On failover: live leader -> Online, dead leader -> Offline, no state -> New; yielding
+        to the loop every `chunk` partitions (seconds of CPU at 1M partitions)."""
         ctx = self.ctx
         states = self.states
         states.clear()
@@ -137,16 +140,22 @@ class PartitionStateMachine:
         # included); the per-partition method call was most of this loop at 100k partitions.
         simple = not any(ctx.replicas_on_offline_dirs.values())
         live = ctx.live_brokers
-        for tp in ctx.all_partitions():
-            state = partition_states.get(tp)
-            if state is None:
-                states[tp] = new
-            elif (
-                state.leader in live if simple else ctx.is_replica_online(state.leader, tp, include_shutting_down=True)
-            ):
-                states[tp] = online
-            else:
-                states[tp] = offline
+        partitions = ctx.all_partitions()
+        for start in range(0, len(partitions), chunk):
+            if start:
+                await asyncio.sleep(0)
+            for tp in partitions[start : start + chunk]:
+                state = partition_states.get(tp)
+                if state is None:
+                    states[tp] = new
+                elif (
+                    state.leader in live
+                    if simple
+                    else ctx.is_replica_online(state.leader, tp, include_shutting_down=True)
+                ):
+                    states[tp] = online
+                else:
+                    states[tp] = offline
 
     def state(self, tp: TopicPartition) -> PartitionState:
         return self.states.get(tp, PartitionState.NON_EXISTENT)
@@ -156,11 +165,10 @@ class PartitionStateMachine:
         return sorted(tp for tp, s in self.states.items() if s in wanted)
 
     def offline_partition_count(self) -> int:
-        return sum(
-            1
-            for tp, s in self.states.items()
-            if s is PartitionState.OFFLINE and not self.ctx.is_topic_queued_for_deletion(tp.topic)
-        )
+        # Counted per topic as the states are written (core/tracked.py): O(topics), not a scan
+        # of every partition after every operation.
+        deleting = self.ctx.topics_to_be_deleted
+        return sum(count for topic, count in self.states.per_topic.items() if topic not in deleting)
 
     def remove(self, partitions: Iterable[TopicPartition]) -> None:
         for tp in partitions:

@@ -7,6 +7,7 @@ replicas. Invalid transitions are logged and refused.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import itertools
 import logging
@@ -28,6 +29,9 @@ from controller_svc.core.replica_epochs import ReplicaEpochs, held_in_topic
 from controller_svc.core.request_batch import RequestBatch
 
 log = logging.getLogger(__name__)
+
+# Partitions between two yields of the failover's start-up to the event loop (tens of ms of CPU).
+INITIALIZE_CHUNK = 50_000
 
 
 class ReplicaState(enum.Enum):
@@ -79,9 +83,11 @@ class ReplicaStateMachine:
             counts[state.value] = counts.get(state.value, 0) + 1
         return f"ReplicaStateMachine({counts})"
 
-    def initialize(self) -> None:
+    async def initialize(self, chunk: int = INITIALIZE_CHUNK) -> None:
         """On failover: online replicas -> Online, the others -> ReplicaDeletionIneligible.
-        One pass over the assignments (300k replicas at 100k partitions)."""
+        One pass over the assignments (300k replicas at 100k partitions, 3M at 1M), yielding to
+        the loop every `chunk` partitions: at 1M it is seconds of CPU, and it runs while the
+        brokers' answers to DescribeReplicaEpochs arrive, which must be taken in meanwhile."""
         ctx = self.ctx
         states = self.states
         states.clear()
@@ -96,16 +102,24 @@ class ReplicaStateMachine:
         # needs no loop (the hint counts only for the very per-topic dict it was made from).
         hint, ctx.replica_keys_hint = ctx.replica_keys_hint, {}
         live_ids = live.keys()
-        for topic, parts in ctx.assignments.items():
+        done_since_yield = 0
+        # A snapshot of the topics: the loop yields, and the dict must not change under it
+        # (only the event consumer, which is running this, changes it; a copy costs nothing).
+        for topic, parts in list(ctx.assignments.items()):
+            if done_since_yield >= chunk:
+                done_since_yield = 0
+                await asyncio.sleep(0)
             made = hint.get(topic)
             if simple and made is not None and made.assignments is parts and made.brokers <= live_ids:
                 states.update(zip(made.keys, itertools.repeat(online_state)))
+                done_since_yield += len(parts)
                 continue
             for partition, assignment in parts.items():
                 tp = new(TopicPartition, (topic, partition))
                 for broker_id in assignment.replicas:
                     online = broker_id in live if simple else ctx.is_replica_online(broker_id, tp)
                     states[new(PartitionAndReplica, (tp, broker_id))] = online_state if online else offline_state
+            done_since_yield += len(parts)
 
     def resend_online(self, reported: ReplicaEpochs | None) -> tuple[int, int]:
         """Failover: OnlineReplica -> OnlineReplica for every online replica, i.e. a

@@ -272,12 +272,15 @@ class TermOfOffice:
         )
 
     async def _replica_epochs(
-        self, broker_ids: set[int], while_waiting: Callable[[], None] = lambda: None
+        self, broker_ids: set[int], while_waiting: Callable[[], Awaitable[None]] | None = None
     ) -> ReplicaEpochs:
         """DescribeReplicaEpochs to every live broker, first in its queue; the answers that
         arrive within the timeout (core/replica_epochs.py says what they allow). A broker that
         refuses, fails or is slow is left out: it gets every LeaderAndIsr. `while_waiting` runs
-        once the questions are on their way."""
+        once the questions are on their way; it must yield to the loop as it goes, so that
+        answers arriving meanwhile are taken (at 1M partitions the state machines' start-up
+        alone outlasted the timeout, which held the loop until the deadline had passed: every
+        answer was then dropped, and 3M LeaderAndIsr sent)."""
         assert self.channels is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.failover_replica_epochs_timeout_s
@@ -297,7 +300,8 @@ class TermOfOffice:
                 answers[broker_id] = answer
         for _ in range(3):
             await asyncio.sleep(0)  # the senders put the questions on the wire
-        while_waiting()
+        if while_waiting is not None:
+            await while_waiting()
         if answers:
             await asyncio.wait(answers.values(), timeout=max(0.0, deadline - loop.time()))
         reported: dict[int, dict[str, dict[int, int]]] = {}
@@ -320,6 +324,7 @@ class TermOfOffice:
                 )
                 continue
             reported[broker_id] = held_epochs(response.topics)
+            await asyncio.sleep(0)  # 600k replicas per broker at 1M partitions
         return reported
 
     async def close(self) -> None:

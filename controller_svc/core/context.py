@@ -16,6 +16,7 @@ from controller_svc.common.model import (
     TopicPartition,
 )
 from controller_svc.core.metadata_encoding import EncodedStates
+from controller_svc.core.tracked import TopicAssignments, TopicKeyed
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +67,9 @@ class ControllerContext:
     epoch_zk_version: int = -1
     live_brokers: dict[int, BrokerInfo] = field(default_factory=dict)
     shutting_down_broker_ids: set[int] = field(default_factory=set)
-    assignments: dict[str, dict[int, ReplicaAssignment]] = field(default_factory=dict)
-    partition_states: dict[TopicPartition, LeaderIsrAndControllerEpoch] = field(default_factory=dict)
+    # Both remember the topics written, for the imbalance gauge's incremental count (tracked.py).
+    assignments: dict[str, dict[int, ReplicaAssignment]] = field(default_factory=TopicAssignments)
+    partition_states: dict[TopicPartition, LeaderIsrAndControllerEpoch] = field(default_factory=TopicKeyed)
     # broker id -> partitions whose replica on that broker sits on a failed log dir
     replicas_on_offline_dirs: dict[int, set[TopicPartition]] = field(default_factory=dict)
     topics_to_be_deleted: set[str] = field(default_factory=set)
@@ -86,6 +88,14 @@ class ControllerContext:
     # topic, the replica keys of its assignments and the brokers they name, made from the very
     # per-topic dict now in `assignments` (valid while that object is there unchanged).
     replica_keys_hint: dict[str, TopicReplicaKeys] = field(default_factory=dict)
+    # topic -> its partitions whose leader is not the preferred replica (only topics with some)
+    _imbalance_per_topic: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.assignments, TopicAssignments):
+            self.assignments = TopicAssignments(self.assignments)
+        if not isinstance(self.partition_states, TopicKeyed):
+            self.partition_states = TopicKeyed(self.partition_states)
 
     def __repr__(self) -> str:
         return (
@@ -133,7 +143,7 @@ class ControllerContext:
         return assignment.replicas if assignment is not None else ()
 
     def set_assignment(self, tp: TopicPartition, assignment: ReplicaAssignment) -> None:
-        self.assignments.setdefault(tp.topic, {})[tp.partition] = assignment
+        self.assignments.setdefault(tp.topic, {})[tp.partition] = assignment  # marks the topic
 
     def all_partitions(self) -> list[TopicPartition]:
         new = tuple.__new__  # the NamedTuple without its Python-level __new__ (100k+ per call)
@@ -209,19 +219,47 @@ class ControllerContext:
         self.topics_ineligible_for_deletion.discard(topic)
 
     def preferred_replica_imbalance_count(self) -> int:
-        """Partitions whose leader is not their preferred (first) replica, not being deleted."""
-        # Over the states' own keys: no TopicPartition built per partition (a gauge refreshed
-        # after every operation, at 100k-1M partitions).
-        count = 0
-        deleting = self.topics_to_be_deleted
+        """Partitions whose leader is not their preferred (first) replica, not being deleted.
+        Kept per topic and recounted only for the topics whose states or assignments were
+        written since the last call (Kafka's ControllerContext.updatePartitionStateMetrics):
+        a gauge refreshed after every operation, at 100k-1M partitions."""
+        per_topic = self._imbalance_per_topic
+        states_all, states_dirty = self._tracked_states().take_dirty()
+        assignments_all, assignments_dirty = self._tracked_assignments().take_dirty()
+        if states_all or assignments_all:
+            per_topic.clear()
+            topics: Iterable[str] = self.assignments
+        else:
+            topics = states_dirty | assignments_dirty
+        states = self.partition_states
         assignments = self.assignments
-        for (topic, partition), state in self.partition_states.items():
-            if topic in deleting:
-                continue
-            assignment = assignments.get(topic, {}).get(partition)
-            if assignment is not None and assignment.replicas and state.leader != assignment.replicas[0]:
-                count += 1
-        return count
+        new = tuple.__new__  # the NamedTuple without its Python-level __new__
+        for topic in topics:
+            parts = assignments.get(topic)
+            count = 0
+            if parts:
+                for partition, assignment in parts.items():
+                    state = states.get(new(TopicPartition, (topic, partition)))
+                    if state is not None and assignment.replicas and state.leader != assignment.replicas[0]:
+                        count += 1
+            if count:
+                per_topic[topic] = count
+            else:
+                per_topic.pop(topic, None)
+        deleting = self.topics_to_be_deleted
+        return sum(count for topic, count in per_topic.items() if topic not in deleting)
+
+    def _tracked_states(self) -> TopicKeyed[LeaderIsrAndControllerEpoch]:
+        states = self.partition_states
+        if not isinstance(states, TopicKeyed):  # replaced by a plain dict: tracked again
+            states = self.partition_states = TopicKeyed(states)
+        return states
+
+    def _tracked_assignments(self) -> TopicAssignments:
+        assignments = self.assignments
+        if not isinstance(assignments, TopicAssignments):
+            assignments = self.assignments = TopicAssignments(assignments)
+        return assignments
 
     def reset(self) -> None:
         self.epoch = 0
@@ -239,3 +277,4 @@ class ControllerContext:
         self.known_broker_ids.clear()
         self.encoded_partition_states.clear()
         self.replica_keys_hint.clear()
+        self._imbalance_per_topic.clear()

@@ -15,6 +15,7 @@ from broker_stub.isr import change_isr
 from controller_svc.adapters.zk import codecs, paths
 from controller_svc.common.model import BrokerInfo, EndPoint, TopicPartition
 from controller_svc.controller import events as ev
+from controller_svc.controller.partition_manager import PartitionManager
 from tests.sim.cluster import SimCluster
 
 T0 = TopicPartition("t", 0)
@@ -449,6 +450,40 @@ async def test_failover_sends_every_leader_and_isr_to_a_broker_that_does_not_rep
         else:
             assert failover["brokers_reported"] == []
             assert (failover["leader_and_isr_sent"], failover["leader_and_isr_skipped"]) == (12, 0)
+        cluster.safety()
+    finally:
+        await cluster.stop_all()
+
+
+async def test_answers_that_came_in_time_count_when_the_start_up_outlasts_the_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The state machines' start-up runs while the brokers answer DescribeReplicaEpochs. At 1M
+    partitions it outlasted the timeout and held the loop meanwhile, so every answer, although
+    it had come in time, was dropped and 3M LeaderAndIsr were sent. The start-up now yields as
+    it goes: here it takes (virtual) 2 s against a 0.5 s timeout, and the answers still count."""
+    cluster = SimCluster(brokers=3, auto_leader_rebalance_enable=False, failover_replica_epochs_timeout_s=0.5)
+    completed = _failovers(cluster)
+    try:
+        await _topic_t_online(cluster, 4)
+        await cluster.start_controller(2)
+        start_up = PartitionManager.initialize_state_machines
+        slow_start_ups = []
+
+        async def slow_start_up(self: PartitionManager) -> None:
+            slow_start_ups.append(self.controller_id)
+            for _ in range(20):
+                await asyncio.sleep(0.1)
+            await start_up(self)
+
+        monkeypatch.setattr(PartitionManager, "initialize_state_machines", slow_start_up)
+        await cluster.stop_controller(1)
+        await cluster.until(lambda: len(completed) == 2, what="controller 2's failover")
+        failover = completed[-1]
+        assert slow_start_ups == [2]
+        assert failover["replica_epochs_ms"] >= 2000
+        assert failover["brokers_reported"] == [1, 2, 3]
+        assert (failover["leader_and_isr_sent"], failover["leader_and_isr_skipped"]) == (0, 12)
         cluster.safety()
     finally:
         await cluster.stop_all()

@@ -270,7 +270,7 @@ async def test_unclean_permission_is_read_from_zookeeper_at_the_election_not_fro
 
 
 @pytest.mark.parametrize("case", ["fresh", "replaced_dict", "dead_broker"])
-def test_replica_start_up_with_a_standbys_keys_equals_the_start_up_without(case: str) -> None:
+async def test_replica_start_up_with_a_standbys_keys_equals_the_start_up_without(case: str) -> None:
     """The warm standby's replica keys (ControllerContext.replica_keys_hint) only save the loop:
     the states are the same, in the same order; a hint made from another per-topic dict (here
     with other replicas), or for a topic with a replica on a dead broker, is not used; the hint
@@ -285,10 +285,10 @@ def test_replica_start_up_with_a_standbys_keys_equals_the_start_up_without(case:
         ctx.assignments["t"] = {0: ReplicaAssignment((4, 1)), 1: ReplicaAssignment((2, 3, 4))}
     if case == "dead_broker":
         del ctx.live_brokers[4]
-    rsm.initialize()
+    await rsm.initialize()
     expected = list(rsm.states.items())
     ctx.replica_keys_hint = dict(hint)
-    rsm.initialize()
+    await rsm.initialize()
     assert list(rsm.states.items()) == expected
     assert ctx.replica_keys_hint == {}
     if case == "dead_broker":

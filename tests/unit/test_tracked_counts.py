@@ -1,0 +1,162 @@
+"""The gauges' incremental counts (core/tracked.py, broker_stub/state.py RoleTable) always equal
+a full recount, through every kind of write, seeded random sequences included."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from broker_stub.state import BrokerState, PartitionRole
+from controller_svc.common.model import LeaderIsrAndControllerEpoch, ReplicaAssignment, TopicPartition
+from controller_svc.controller.partition_state_machine import PartitionState
+from controller_svc.core.context import ControllerContext
+from controller_svc.core.tracked import CountedStates
+
+TOPICS = ["a", "b", "c"]
+
+
+def _state(leader: int) -> LeaderIsrAndControllerEpoch:
+    return LeaderIsrAndControllerEpoch(leader, 1, (1, 2, 3), 0, 1)
+
+
+def _recount_imbalance(ctx: ControllerContext) -> int:
+    return sum(
+        1
+        for tp, s in ctx.partition_states.items()
+        if tp.topic not in ctx.topics_to_be_deleted
+        and (a := ctx.assignment(tp)) is not None
+        and a.replicas
+        and s.leader != a.replicas[0]
+    )
+
+
+def test_imbalance_counts_only_non_preferred_leaders_of_topics_not_being_deleted() -> None:
+    ctx = ControllerContext()
+    for p in range(4):
+        ctx.set_assignment(TopicPartition("a", p), ReplicaAssignment((1, 2, 3)))
+        ctx.partition_states[TopicPartition("a", p)] = _state(1 if p < 2 else 2)
+    assert ctx.preferred_replica_imbalance_count() == 2
+    ctx.partition_states[TopicPartition("a", 0)] = _state(3)
+    assert ctx.preferred_replica_imbalance_count() == 3
+    # A reassignment that makes the current leader preferred
+    ctx.set_assignment(TopicPartition("a", 0), ReplicaAssignment((3, 1, 2)))
+    assert ctx.preferred_replica_imbalance_count() == 2
+    ctx.topics_to_be_deleted.add("a")
+    assert ctx.preferred_replica_imbalance_count() == 0
+    ctx.topics_to_be_deleted.discard("a")
+    ctx.remove_topic("a")
+    assert ctx.preferred_replica_imbalance_count() == 0
+
+
+def test_a_context_built_from_plain_dicts_is_tracked() -> None:
+    tp = TopicPartition("a", 0)
+    ctx = ControllerContext(assignments={"a": {0: ReplicaAssignment((1, 2))}}, partition_states={tp: _state(2)})
+    assert ctx.preferred_replica_imbalance_count() == 1
+    ctx.partition_states = {tp: _state(1)}  # replaced wholesale: counted again from scratch
+    assert ctx.preferred_replica_imbalance_count() == 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_imbalance_count_equals_a_full_recount_after_random_writes(seed: int) -> None:
+    rng = random.Random(seed)
+    ctx = ControllerContext()
+    for _ in range(400):
+        topic = rng.choice(TOPICS)
+        tp = TopicPartition(topic, rng.randrange(6))
+        action = rng.randrange(9)
+        if action == 0:
+            ctx.set_assignment(tp, ReplicaAssignment(tuple(rng.sample([1, 2, 3, 4], 3))))
+        elif action == 1:
+            ctx.partition_states[tp] = _state(rng.randrange(1, 5))
+        elif action == 2:
+            ctx.partition_states.pop(tp, None)
+        elif action == 3:
+            ctx.partition_states.update({tp: _state(rng.randrange(1, 5))})
+        elif action == 4:
+            ctx.assignments[topic] = {p: ReplicaAssignment(tuple(rng.sample([1, 2, 3, 4], 3))) for p in range(3)}
+        elif action == 5:
+            ctx.remove_topic(topic)
+        elif action == 6:
+            ctx.topics_to_be_deleted ^= {topic}
+        elif action == 7 and rng.random() < 0.1:
+            ctx.partition_states.clear()
+        elif action == 8 and tp in ctx.partition_states:
+            del ctx.partition_states[tp]
+        if rng.random() < 0.3:
+            assert ctx.preferred_replica_imbalance_count() == _recount_imbalance(ctx)
+    assert ctx.preferred_replica_imbalance_count() == _recount_imbalance(ctx)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_counted_states_equal_a_recount_after_random_writes(seed: int) -> None:
+    rng = random.Random(seed)
+    states: CountedStates[PartitionState] = CountedStates(PartitionState.OFFLINE)
+    choices = [PartitionState.NEW, PartitionState.ONLINE, PartitionState.OFFLINE]
+    for _ in range(500):
+        tp = TopicPartition(rng.choice(TOPICS), rng.randrange(5))
+        action = rng.randrange(6)
+        if action <= 1:
+            states[tp] = rng.choice(choices)
+        elif action == 2:
+            states.pop(tp, None)
+        elif action == 3:
+            states.update({tp: rng.choice(choices)})
+        elif action == 4 and tp in states:
+            del states[tp]
+        elif action == 5 and rng.random() < 0.05:
+            states.clear()
+        recount: dict[str, int] = {}
+        for key, value in states.items():
+            if value is PartitionState.OFFLINE:
+                recount[key.topic] = recount.get(key.topic, 0) + 1
+        assert states.per_topic == recount
+
+
+def test_counted_states_pop_of_a_missing_key_raises_without_a_default() -> None:
+    states: CountedStates[PartitionState] = CountedStates(PartitionState.OFFLINE)
+    with pytest.raises(KeyError):
+        states.pop(TopicPartition("a", 0))
+    assert states.pop(TopicPartition("a", 0), None) is None
+
+
+def _role(role: str, leader: int, isr: tuple[int, ...], replicas: tuple[int, ...] = (1, 2, 3)) -> PartitionRole:
+    return PartitionRole(role, leader, 1, isr, replicas, 1)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_role_table_counts_equal_a_recount_after_random_writes(seed: int) -> None:
+    rng = random.Random(seed)
+    state = BrokerState(broker_id=1)
+    for _ in range(500):
+        tp = TopicPartition(rng.choice(TOPICS), rng.randrange(5))
+        action = rng.randrange(5)
+        if action <= 1:
+            state.roles[tp] = _role(
+                rng.choice(["leader", "follower", "stopped"]),
+                rng.choice([1, 2]),
+                tuple(rng.sample([1, 2, 3], rng.randrange(1, 4))),
+            )
+        elif action == 2:
+            state.roles.pop(tp, None)
+        elif action == 3 and tp in state.roles:
+            del state.roles[tp]
+        elif action == 4 and rng.random() < 0.05:
+            state.roles.clear()
+        roles = state.roles.values()
+        assert state.hosted_and_led() == (
+            sum(1 for r in roles if r.role != "stopped"),
+            sum(1 for r in roles if r.role == "leader" and r.leader == 1),
+        )
+        assert state.under_replicated_led() == {
+            tp for tp, r in state.roles.items() if r.role == "leader" and len(r.isr) < len(r.replicas)
+        }
+
+
+def test_under_replicated_led_leaves_out_partitions_on_a_failed_log_dir() -> None:
+    state = BrokerState(broker_id=1, log_dirs=("d0", "d1"))
+    tps = [TopicPartition("a", p) for p in range(8)]
+    for tp in tps:
+        state.roles[tp] = _role("leader", 1, (1,))
+    state.offline_log_dirs.add("d0")
+    assert state.under_replicated_led() == {tp for tp in tps if state.log_dir_of(tp) == "d1"}
