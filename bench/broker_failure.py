@@ -65,7 +65,7 @@ async def run(partitions: int, brokers: int, rf: int, profile_dir: str | None = 
     directory, spec = await asyncio.to_thread(start_cluster, 1, brokers, 6000)
     try:
         await create_partitions(spec, partitions, rf)
-        await wait_all_led(spec, partitions)
+        await wait_all_led(spec, partitions, rf=rf)
         client = AdminClient(zookeeper=spec["zookeeper"], timeout_s=600)
         before = {
             (p.topic, p.partition): p for p in (await client.describe_cluster(include_partitions=True)).partitions

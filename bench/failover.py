@@ -202,8 +202,8 @@ async def measure(
 async def led_partitions(spec: dict[str, Any]) -> dict[int, int]:
     counts: dict[int, int] = {}
     for broker in spec["brokers"]:
-        description = await devcluster.describe_broker(broker["grpc"], 60)
-        counts[broker["id"]] = sum(1 for r in description.roles if r.role == "leader") if description else 0
+        description = await devcluster.describe_broker(broker["grpc"], 60, counts_only=True)
+        counts[broker["id"]] = description.leader_count if description else 0
     return counts
 
 
@@ -309,7 +309,7 @@ async def run(
     try:
         created = time.monotonic()
         await create_partitions(spec, partitions, rf)
-        await wait_all_led(spec, partitions)
+        await wait_all_led(spec, partitions, rf=rf)
         setup_s = time.monotonic() - created
         floor_ms = await floor_read_ms(spec["zookeeper"])
         profiler = Profiler(profile_dir)

@@ -10,7 +10,7 @@ import grpc
 from broker_stub import isr, metrics, replica_manager
 from broker_stub.state import BrokerState
 from controller_svc.adapters.zk.client import ZkClient
-from controller_svc.common import logging_setup
+from controller_svc.common import gc_policy, logging_setup
 from controller_svc.common.errors import ControllerError, ErrorCode
 from controller_svc.common.model import TopicPartition
 from controller_svc.common.state_change_log import StateChangeLog
@@ -104,6 +104,8 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
         async with self._lock:
             result = replica_manager.apply_update_metadata(self.state, request)
             self._record("UpdateMetadata", request, result)
+            if result.applied:
+                gc_policy.freeze_after_bulk_load("UpdateMetadata", len(request.partition_states))
         return broker_pb2.UpdateMetadataResponse(error_code=int(result.error), error_message=_message(result.error))
 
     async def LeaderAndIsr(
@@ -112,6 +114,8 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
         async with self._lock:
             result = replica_manager.apply_leader_and_isr(self.state, request)
             self._record("LeaderAndIsr", request, result)
+            if result.applied:
+                gc_policy.freeze_after_bulk_load("LeaderAndIsr", len(request.partition_states))
         return broker_pb2.LeaderAndIsrResponse(
             error_code=int(result.error),
             error_message=_message(result.error),
@@ -144,7 +148,27 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
         self, request: broker_pb2.DescribeBrokerRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.DescribeBrokerResponse:
         state = self.state
+        hosted, led = state.hosted_and_led()
+        if request.counts_only:
+            return broker_pb2.DescribeBrokerResponse(
+                broker_id=state.broker_id,
+                broker_epoch=state.broker_epoch,
+                controller_epoch=state.controller_epoch,
+                controller_id=state.controller_id,
+                live_brokers=[state.live_brokers[b] for b in sorted(state.live_brokers)],
+                update_metadata_count=state.update_metadata_count,
+                registered=state.registered,
+                log_dirs=list(state.log_dirs),
+                offline_log_dirs=sorted(state.offline_log_dirs),
+                controller_endpoint=state.controller_endpoint,
+                metadata_partition_count=len(state.metadata),
+                role_count=hosted,
+                leader_count=led,
+            )
         return broker_pb2.DescribeBrokerResponse(
+            metadata_partition_count=len(state.metadata),
+            role_count=hosted,
+            leader_count=led,
             broker_id=state.broker_id,
             broker_epoch=state.broker_epoch,
             controller_epoch=state.controller_epoch,

@@ -106,7 +106,7 @@ class PartitionManager:
         self._state_machines_initialized = False
         offline = [r for r, s in self.rsm.states.items() if s is not ReplicaState.ONLINE]
         async with self.operation(refresh_metrics=False):
-            sent_skipped = self.rsm.resend_online(reported)
+            sent_skipped = await self.rsm.resend_online(reported)
             await self.rsm.handle_state_changes(offline, ReplicaState.OFFLINE)
         mark("replicas_online_offline")
         # Gauges: refreshed by the failover's last step (TermOfOffice.open).

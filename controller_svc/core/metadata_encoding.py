@@ -19,6 +19,9 @@ from kcontroller.v1 import broker_pb2, common_pb2
 # UpdateMetadataRequest.partition_states: its field number, wire type 2 (length-delimited).
 _FIELD = broker_pb2.UpdateMetadataRequest.DESCRIPTOR.fields_by_name["partition_states"].number
 _TAG = bytes([(_FIELD << 3) | 2])
+# LeaderAndIsr's partition states are joined from the same encoded fields (request_batch.py).
+if broker_pb2.LeaderAndIsrRequest.DESCRIPTOR.fields_by_name["partition_states"].number != _FIELD:
+    raise ImportError("LeaderAndIsrRequest.partition_states and UpdateMetadataRequest's must share a field number")
 
 # tp -> (state, assignment, encoded field): valid while both objects are the ones in the context.
 EncodedStates = dict[TopicPartition, tuple[LeaderIsrAndControllerEpoch, ReplicaAssignment, bytes]]

@@ -74,11 +74,14 @@ def live_broker_message(info: BrokerInfo) -> common_pb2.LiveBroker:
 
 @dataclass(slots=True)
 class PreSerialized:
-    """A request whose large shared part is serialized once for every broker.
+    """A request whose large part is serialized as it is built, from encoded fields.
 
     Protobuf messages concatenate on the wire (repeated fields append, scalars take the last
-    value), so `head` (per-broker scalars) + `body` (partition states and live brokers, the same
-    for every broker) parse on the broker as one UpdateMetadataRequest."""
+    value), so `head` (per-broker scalars) + `body` (partition states and brokers) parse on the
+    broker as one request of `head`'s type: UpdateMetadata (one body for every broker) and
+    LeaderAndIsr (its partition states joined from their encoded fields, most of them from
+    the context's cache: no message object per partition, which at 1M partitions was minutes
+    of building, copying and freeing them with the GIL held)."""
 
     head: Any
     body: bytes
@@ -98,6 +101,10 @@ class PreSerialized:
 
     def serialize(self) -> bytes:
         return bytes(self.head.SerializeToString()) + self.body
+
+    def parse(self) -> Any:
+        """The request as the broker parses it (tests, the simulation's in-memory transport)."""
+        return type(self.head).FromString(self.serialize())
 
 
 def metadata_partition_fields(ctx: ControllerContext, partitions: Iterable[TopicPartition]) -> list[bytes]:
@@ -180,7 +187,9 @@ class RequestBatch:
     on_leader_and_isr_response: ResponseCallback | None = None
     on_stop_replica_response: StopReplicaCallback | None = None
     controller_endpoint: str = ""
-    leader_and_isr: dict[int, dict[TopicPartition, common_pb2.PartitionState]] = field(default_factory=dict)
+    # broker -> partition -> (the PartitionState as an encoded field of the request, its
+    # leader, is_new); one tuple shared by every broker of a call
+    leader_and_isr: dict[int, dict[TopicPartition, tuple[bytes, int, bool]]] = field(default_factory=dict)
     update_metadata_brokers: set[int] = field(default_factory=set)
     update_metadata_partitions: set[TopicPartition] = field(default_factory=set)
     stop_replica: dict[int, dict[TopicPartition, _StopReplica]] = field(default_factory=dict)
@@ -217,25 +226,28 @@ class RequestBatch:
         assignment: ReplicaAssignment,
         is_new: bool,
     ) -> None:
-        # One message for every broker of the call (the request copies it when it is built);
-        # only a sticky is_new of an earlier entry needs its own.
-        shared: common_pb2.PartitionState | None = None
+        # One entry for every broker of the call; only a sticky is_new of an earlier entry
+        # needs its own.
+        shared: tuple[bytes, int, bool] | None = None
         for broker_id in broker_ids:
             if broker_id < 0:
                 continue
             per_broker = self.leader_and_isr.setdefault(broker_id, {})
             previous = per_broker.get(tp)
-            sticky_new = is_new or (previous is not None and previous.is_new)
+            sticky_new = is_new or (previous is not None and previous[2])
             if sticky_new != is_new:
-                per_broker[tp] = _partition_state(tp, state, assignment, is_new=True)
+                encoded = encode_field(_partition_state(tp, state, assignment, is_new=True))
+                per_broker[tp] = (encoded, state.leader, True)
                 continue
             if shared is None:
-                shared = _partition_state(tp, state, assignment, is_new)
                 if not is_new and not assignment.adding and not assignment.removing:
-                    # The same fields as the partition's UpdateMetadata state in the common case
-                    # (metadata_encoding.encode_online): encoded once here, the batch's
-                    # UpdateMetadata takes it from the cache instead of building it again.
-                    self.ctx.encoded_partition_states[tp] = (state, assignment, encode_field(shared))
+                    # The same field as the partition's UpdateMetadata state in the common case
+                    # (metadata_encoding.encode_online): from the context's cache when it holds
+                    # these very objects (a warm standby encoded them while it waited), else
+                    # encoded now and kept there for the batch's UpdateMetadata.
+                    shared = (remember(self.ctx.encoded_partition_states, tp, state, assignment), state.leader, False)
+                else:
+                    shared = (encode_field(_partition_state(tp, state, assignment, is_new)), state.leader, is_new)
             per_broker[tp] = shared
         self.update_metadata_brokers.update(self.ctx.live_brokers)  # live or shutting down
         self.update_metadata_partitions.add(tp)
@@ -273,20 +285,20 @@ class RequestBatch:
         for broker_id in sorted(self.leader_and_isr):
             if broker_id not in live:
                 continue
-            states = self.leader_and_isr[broker_id]
-            leaders = {s.leader for s in states.values()}
+            entries = self.leader_and_isr[broker_id]
+            leaders = {entry[1] for entry in entries.values()}
+            leader_and_isr_head = broker_pb2.LeaderAndIsrRequest(
+                controller_id=self.controller_id,
+                controller_epoch=ctx.epoch,
+                broker_epoch=ctx.broker_epoch(broker_id),
+            )
+            leader_and_isr_body = b"".join([entries[tp][0] for tp in sorted(entries)]) + bytes(
+                broker_pb2.LeaderAndIsrRequest(
+                    live_leaders=[live_broker_message(ctx.live_brokers[b]) for b in sorted(leaders) if b in live],
+                ).SerializeToString()
+            )
             requests.append(
-                (
-                    broker_id,
-                    API_LEADER_AND_ISR,
-                    broker_pb2.LeaderAndIsrRequest(
-                        controller_id=self.controller_id,
-                        controller_epoch=ctx.epoch,
-                        broker_epoch=ctx.broker_epoch(broker_id),
-                        partition_states=[states[tp] for tp in sorted(states)],
-                        live_leaders=[live_broker_message(ctx.live_brokers[b]) for b in sorted(leaders) if b in live],
-                    ),
-                )
+                (broker_id, API_LEADER_AND_ISR, PreSerialized(leader_and_isr_head, leader_and_isr_body, len(entries)))
             )
         if self.update_metadata_brokers:
             metadata_partitions = sorted(self.update_metadata_partitions)

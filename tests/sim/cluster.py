@@ -58,10 +58,8 @@ class InProcessBrokerClient:
         broker = self.cluster.brokers.get(self.broker_id)
         if broker is None or not broker.running:
             raise ConnectionError(f"broker {self.broker_id} is down")
-        if hasattr(request, "serialize"):  # a pre-serialized UpdateMetadata: parse it as gRPC would
-            from kcontroller.v1 import broker_pb2
-
-            request = broker_pb2.UpdateMetadataRequest.FromString(request.serialize())
+        if hasattr(request, "parse"):  # a pre-serialized request: parse it as gRPC would
+            request = request.parse()
         handler: Callable[[Any, Any], Awaitable[Any]] = getattr(broker.service, api.value)
         response = await handler(request, None)
         if was_paused and int(getattr(response, "error_code", 0)) == int(ErrorCode.STALE_CONTROLLER_EPOCH):

@@ -17,7 +17,6 @@ from controller_svc.common.model import (
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.core.context import ControllerContext
 from controller_svc.core.request_batch import PreSerialized
-from kcontroller.v1 import broker_pb2
 
 
 @dataclass
@@ -97,8 +96,8 @@ class RecordingSink:
 
     def send(self, broker_id: int, api: str, request: Any, callback: Any) -> bool:
         if isinstance(request, PreSerialized):
-            # What the broker will parse: the per-broker head and the shared body, concatenated.
-            request = broker_pb2.UpdateMetadataRequest.FromString(request.serialize())
+            # What the broker will parse: the per-broker head and the body, concatenated.
+            request = request.parse()
         self.sent.append((broker_id, api, request))
         return True
 

@@ -160,3 +160,18 @@ def test_under_replicated_led_leaves_out_partitions_on_a_failed_log_dir() -> Non
         state.roles[tp] = _role("leader", 1, (1,))
     state.offline_log_dirs.add("d0")
     assert state.under_replicated_led() == {tp for tp in tps if state.log_dir_of(tp) == "d1"}
+
+
+def test_the_collector_freezes_only_after_a_bulk_load() -> None:
+    import gc
+
+    from controller_svc.common import gc_policy
+
+    gc.unfreeze()
+    try:
+        assert not gc_policy.freeze_after_bulk_load("a small request", gc_policy.BULK_THRESHOLD - 1)
+        assert gc.get_freeze_count() == 0
+        assert gc_policy.freeze_after_bulk_load("a bulk load", gc_policy.BULK_THRESHOLD)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

@@ -123,13 +123,15 @@ def decode_config_read(topic: str, got: tuple[bytes, ZnodeStat]) -> dict[str, st
 async def load_partition_states(zk: ZkClient, ctx: ControllerContext, partitions: Sequence[TopicPartition]) -> None:
     state_paths = [paths.partition_state_path(tp.topic, tp.partition) for tp in partitions]
     states = await zk.get_many(state_paths)
+    decoded: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
     for tp, path, got in zip(partitions, state_paths, states, strict=True):
         if got is None:
             ctx.partition_states.pop(tp, None)
             continue
         state = decode_state_read(tp, path, got)
         if state is not None:
-            ctx.partition_states[tp] = state
+            decoded[tp] = state
+    ctx.partition_states.update(decoded)  # one bulk write (core/tracked.py)
 
 
 async def load_topic_configs(zk: ZkClient, topics: Sequence[str]) -> dict[str, dict[str, str]]:

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from controller_svc.adapters.zk import loads, paths
 from controller_svc.adapters.zk.client import TreeWatchArming, WatchCallback, WatchKind, ZnodeStat
-from controller_svc.common import metrics
+from controller_svc.common import gc_policy, metrics
 from controller_svc.common.errors import ControllerError, ZkUnimplementedError
 from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition
 from controller_svc.common.tasks import cancel_and_wait, spawn
@@ -254,6 +254,7 @@ class StandbyMetadata:
             return
         self._ready_at = time.monotonic()
         self.reloads += 1
+        gc_policy.freeze_after_bulk_load("standby copy", len(self._states))
         metrics.STANDBY_READY.set(1)
         metrics.STANDBY_RELOADS.inc()
         log.info(
