@@ -37,6 +37,7 @@ from bench.common import (
     Profiler,
     create_partitions,
     emit,
+    machine,
     save,
     start_cluster,
     stop_cluster,
@@ -208,7 +209,7 @@ async def led_partitions(spec: dict[str, Any]) -> dict[int, int]:
 
 
 async def long_operation(
-    spec: dict[str, Any], session_timeout_ms: int, name: str, broker: dict[str, Any], led: int
+    spec: dict[str, Any], session_timeout_ms: int, name: str, broker: dict[str, Any], led: int, give_up_s: float
 ) -> dict[str, Any]:
     """Kill -9 (broker_failure) or SIGTERM (controlled_shutdown) `broker`; wait until the
     controller has handled it, then a settling window; count elections and resignations."""
@@ -219,7 +220,9 @@ async def long_operation(
     started = time.monotonic()
     os.kill(broker["pid"], signal.SIGKILL if name == "broker_failure" else signal.SIGTERM)
     strategy = "offline" if name == "broker_failure" else "controlled_shutdown"
-    deadline = started + max(120.0, led / 100.0)
+    # A controller re-elected meanwhile moves the rest at its failover: then fewer than `led`
+    # records carry this strategy, and the wait ends at `give_up_s`.
+    deadline = started + give_up_s
     handled_s: float | None = None
     while time.monotonic() < deadline:
         seen.extend(tail.new_records(kinds))
@@ -243,6 +246,7 @@ async def long_operation(
         "elections": elections,
         "resignations": resignations,
         "no_election_no_resignation": elections == 0 and resignations == 0 and handled_s is not None,
+        "gave_up_after_s": None if handled_s is not None else give_up_s,
         "max_event_loop_blocked_ms": max((r["blocked_ms"] for r in blocked), default=0),
     }
 
@@ -298,8 +302,12 @@ async def run(
     controller_config: dict[str, str] | None = None,
     zookeeper_heap_mb: int | None = None,
     give_up_s: float | None = None,
+    partial_out: str | None = None,
 ) -> dict[str, Any]:
+    """One cluster of `partitions`; with `partial_out`, what is measured so far is written there
+    after each step (a 1M-partition run takes half an hour, and a later step may not end)."""
     overrides = controller_config or {}
+    give_up = give_up_s or max(120.0, partitions / 1000.0)
     # ZooKeeper holds about 1 KB of heap per partition (the state znode and its parent); the
     # launcher's 1 GB default is too small from about 500k partitions.
     heap_mb = zookeeper_heap_mb or max(1024, partitions // 200)
@@ -314,37 +322,47 @@ async def run(
         floor_ms = await floor_read_ms(spec["zookeeper"])
         profiler = Profiler(profile_dir)
         try:
-            result = await measure(spec, session_timeout_ms, give_up_s or max(120.0, partitions / 1000.0), profiler)
+            result = await measure(spec, session_timeout_ms, give_up, profiler)
         finally:
             await asyncio.to_thread(profiler.stop)
+
+        def describe(result: dict[str, Any]) -> dict[str, Any]:
+            result.update(
+                benchmark="controller_failover",
+                partitions=partitions,
+                brokers=brokers,
+                replication_factor=rf,
+                setup_s=round(setup_s, 1),
+                floor_multi_read_ms=round(floor_ms, 1),
+                zk_load_vs_floor=round(result["zk_load_ms"] / floor_ms, 2)
+                if floor_ms and "zk_load_ms" in result
+                else None,
+                zookeeper_heap_mb=heap_mb,
+                target=_target(partitions, warm=overrides.get("controller.standby.warm.enable", "true") == "true"),
+                reference="Kafka 1.1 needed 14 s to load 100k partitions",
+                controller_config=overrides,
+            )
+            if partial_out:
+                save(partial_out, [{**result, "machine": machine(), "partial": True}])
+            return result
+
+        describe(result)
         if result["completed"]:
             result.update(await resident_memory(spec, partitions, rf))
             led = await led_partitions(spec)
             victim_id = max(led, key=lambda b: led[b])
             victim = next(b for b in spec["brokers"] if b["id"] == victim_id)
             result["broker_failure"] = await long_operation(
-                spec, session_timeout_ms, "broker_failure", victim, led[victim_id]
+                spec, session_timeout_ms, "broker_failure", victim, led[victim_id], give_up
             )
+            describe(result)
             led = await led_partitions({**spec, "brokers": [b for b in spec["brokers"] if b["id"] != victim_id]})
             leaving_id = max(led, key=lambda b: led[b])
             leaving = next(b for b in spec["brokers"] if b["id"] == leaving_id)
             result["controlled_shutdown"] = await long_operation(
-                spec, session_timeout_ms, "controlled_shutdown", leaving, led[leaving_id]
+                spec, session_timeout_ms, "controlled_shutdown", leaving, led[leaving_id], give_up
             )
-        result.update(
-            benchmark="controller_failover",
-            partitions=partitions,
-            brokers=brokers,
-            replication_factor=rf,
-            setup_s=round(setup_s, 1),
-            floor_multi_read_ms=round(floor_ms, 1),
-            zk_load_vs_floor=round(result["zk_load_ms"] / floor_ms, 2) if floor_ms and "zk_load_ms" in result else None,
-            zookeeper_heap_mb=heap_mb,
-            target=_target(partitions, warm=overrides.get("controller.standby.warm.enable", "true") == "true"),
-            reference="Kafka 1.1 needed 14 s to load 100k partitions",
-            controller_config=overrides,
-        )
-        return result
+        return describe(result)
     finally:
         await asyncio.to_thread(functools.partial(stop_cluster, directory))
 
@@ -402,6 +420,7 @@ def main() -> None:
                 config,
                 args.zookeeper_heap_mb,
                 args.give_up_s,
+                args.out,
             )
         )
         emit(result)

@@ -4,12 +4,19 @@ broker_stub/replica_manager.py) and the rule that skips a request it would refus
 
 from __future__ import annotations
 
+import random
+
+import pytest
+
 from broker_stub import fencing, replica_manager
 from broker_stub.state import BrokerState, PartitionRole
 from controller_svc.common.errors import ErrorCode
-from controller_svc.common.model import TopicPartition
+from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition
+from controller_svc.controller.replica_state_machine import ReplicaState, ReplicaStateMachine
 from controller_svc.core.replica_epochs import already_held, held_epochs
+from controller_svc.core.request_batch import RequestBatch
 from kcontroller.v1 import broker_pb2
+from tests.unit.fakes import FakePartitionStore, context, null_log
 
 
 def _role(role: str, leader_epoch: int) -> PartitionRole:
@@ -75,3 +82,62 @@ def test_only_a_leader_and_isr_the_broker_would_refuse_is_skipped() -> None:
             ErrorCode.NONE
         )
         assert refused == already_held(reported, 1, "a", 0, leader_epoch)
+
+
+@pytest.mark.parametrize("seed", range(6))
+async def test_the_failover_sends_exactly_what_the_rule_does_not_skip(seed: int) -> None:
+    """ReplicaStateMachine.resend_online (the rule inlined, per topic) against the rule itself
+    over the state machine's own states: random assignments, leader epochs, reports (missing,
+    behind, equal, ahead, a broker that did not answer), dead, shutting-down brokers and failed
+    log dirs (which take replicas out of Online)."""
+    rng = random.Random(seed)
+    brokers = [1, 2, 3, 4, 5]
+    assignments = {
+        f"t{t}": {p: rng.sample(brokers, 3) for p in range(rng.randrange(1, 8))} for t in range(rng.randrange(1, 6))
+    }
+    live = [b for b in brokers if rng.random() < 0.85]
+    ctx = context(live, assignments)
+    if rng.random() < 0.3 and live:
+        ctx.shutting_down_broker_ids.add(rng.choice(live))
+    for topic, parts in assignments.items():
+        for partition, replicas in parts.items():
+            tp = TopicPartition(topic, partition)
+            if rng.random() < 0.9:
+                ctx.partition_states[tp] = LeaderIsrAndControllerEpoch(
+                    replicas[0], rng.randrange(0, 5), tuple(replicas), 0, 3
+                )
+            if rng.random() < 0.1:
+                ctx.replicas_on_offline_dirs.setdefault(rng.choice(replicas), set()).add(tp)
+    reported: dict[int, dict[str, dict[int, int]]] = {}
+    for broker_id in live:
+        if rng.random() < 0.2:
+            continue  # did not answer
+        reported[broker_id] = {
+            topic: {
+                p: rng.randrange(-1, 6) for p, replicas in parts.items() if broker_id in replicas and rng.random() < 0.8
+            }
+            for topic, parts in assignments.items()
+            if rng.random() < 0.9
+        }
+    batch = RequestBatch(9, ctx)
+    rsm = ReplicaStateMachine(ctx, FakePartitionStore(), batch, null_log(), 9)
+    await rsm.initialize()
+    expected = {
+        (replica.replica, replica.tp)
+        for replica, state in rsm.states.items()
+        if state is ReplicaState.ONLINE
+        and (partition_state := ctx.partition_states.get(replica.tp)) is not None
+        and not already_held(
+            reported, replica.replica, replica.tp.topic, replica.tp.partition, partition_state.leader_epoch
+        )
+    }
+    batch.new_batch()
+    sent, skipped = await rsm.resend_online(reported, chunk=2)
+    got = {(broker_id, tp) for broker_id, entries in batch.leader_and_isr.items() for tp in entries}
+    batch.clear()
+    assert got == expected
+    assert sent == len(expected)
+    online_with_state = sum(
+        1 for r, s in rsm.states.items() if s is ReplicaState.ONLINE and r.tp in ctx.partition_states
+    )
+    assert skipped == online_with_state - sent

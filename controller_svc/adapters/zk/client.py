@@ -222,7 +222,8 @@ class ZkClient:
 
     async def start(self, timeout_s: float | None = None) -> None:
         self._owner_loop = asyncio.get_running_loop()
-        io = self._io = ZkIoThread(f"zookeeper-io-{id(self):x}")
+        # A lag of a third of the session timeout is a heartbeat interval missed.
+        io = self._io = ZkIoThread(f"zookeeper-io-{id(self):x}", warn_after_s=self._session_timeout_ms / 3000.0)
         try:
             await io.run(self._start_session(timeout_s))
         except BaseException:

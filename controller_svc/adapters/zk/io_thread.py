@@ -20,7 +20,14 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from controller_svc.common.histogram import KafkaHistogram
+
 log = logging.getLogger(__name__)
+
+ZK_THREAD_LAG_MS = KafkaHistogram(
+    "kcontroller_zookeeper_thread_lag_ms",
+    "How late the ZooKeeper session's own thread ran a timer: the time it could not run at all (ms)",
+)
 
 T = TypeVar("T")
 
@@ -43,10 +50,22 @@ def _name_os_thread(name: str) -> None:
         pass
 
 
-class ZkIoThread:
-    """A daemon thread running one event loop until `stop`."""
+# How often the thread's own loop checks how late it runs (the lag below).
+LAG_TICK_S = 0.1
 
-    def __init__(self, name: str = "zookeeper-io") -> None:
+
+class ZkIoThread:
+    """A daemon thread running one event loop until `stop`.
+
+    The thread watches its own loop's lag: this loop only sends heartbeats and reads replies,
+    so a late timer here means the thread itself could not run (another thread holding the GIL
+    in one long C call, a collection of the whole heap, or no core free), the one way the
+    session can still be lost while the main loop computes. A lag above `warn_after_s` (a
+    heartbeat interval) is logged and counted (`kcontroller_zookeeper_thread_lag_ms`)."""
+
+    def __init__(self, name: str = "zookeeper-io", warn_after_s: float | None = None) -> None:
+        self.warn_after_s = warn_after_s
+        self.max_lag_s = 0.0
         self.loop = _new_loop()
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -60,6 +79,7 @@ class ZkIoThread:
         _name_os_thread(self._thread.name)
         asyncio.set_event_loop(self.loop)
         self.loop.call_soon(self._started.set)
+        self._lag_watch = self.loop.create_task(self._watch_lag())  # cancelled with the others below
         try:
             self.loop.run_forever()
         finally:
@@ -71,6 +91,25 @@ class ZkIoThread:
                     self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             finally:
                 self.loop.close()
+
+    async def _watch_lag(self) -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while True:
+            await asyncio.sleep(LAG_TICK_S)
+            now = loop.time()
+            lag_s = max(now - last - LAG_TICK_S, 0.0)
+            last = now
+            ZK_THREAD_LAG_MS.observe(lag_s * 1000.0)
+            self.max_lag_s = max(self.max_lag_s, lag_s)
+            if self.warn_after_s is not None and lag_s > self.warn_after_s:
+                log.warning(
+                    "the ZooKeeper session's thread %s could not run for %.0f ms (warning above %.0f ms): "
+                    "heartbeats were late; the GIL or the cores were held elsewhere",
+                    self._thread.name,
+                    lag_s * 1000,
+                    self.warn_after_s * 1000,
+                )
 
     @property
     def alive(self) -> bool:
