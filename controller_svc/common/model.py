@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import operator
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -115,3 +117,49 @@ class PartitionAndReplica(NamedTuple):
 
     def __str__(self) -> str:
         return f"[{self.tp},{self.replica}]"
+
+
+def _partition_and_replica(replica: PartitionAndReplica) -> tuple[int, int]:
+    return replica[0][1], replica[1]
+
+
+def sorted_partitions(partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+    """`sorted(partitions)`, without one long sort holding the GIL. Sorting 1M TopicPartitions
+    compares tuples of strings in C for seconds (4.8 s measured on a loaded 2-core machine),
+    and no other thread runs meanwhile: not the ZooKeeper session's (adapters/zk/io_thread.py),
+    which lost its session that way during a broker failure at 1M partitions. Grouped by topic
+    (a Python loop, which lets other threads in), then each topic's partitions sorted by their
+    number: the same order, a fraction of the comparisons, and no step longer than one topic."""
+    by_topic: dict[str, list[TopicPartition]] = {}
+    for tp in partitions:
+        group = by_topic.get(tp[0])
+        if group is None:
+            by_topic[tp[0]] = [tp]
+        else:
+            group.append(tp)
+    ordered: list[TopicPartition] = []
+    by_partition = operator.itemgetter(1)
+    for topic in sorted(by_topic):
+        group = by_topic[topic]
+        group.sort(key=by_partition)
+        ordered.extend(group)
+    return ordered
+
+
+def sorted_replicas(replicas: Iterable[PartitionAndReplica]) -> list[PartitionAndReplica]:
+    """`sorted(replicas)` the way `sorted_partitions` does it (3M replicas at 1M partitions)."""
+    by_topic: dict[str, list[PartitionAndReplica]] = {}
+    for replica in replicas:
+        topic = replica[0][0]
+        group = by_topic.get(topic)
+        if group is None:
+            by_topic[topic] = [replica]
+        else:
+            group.append(replica)
+    ordered: list[PartitionAndReplica] = []
+    for topic in sorted(by_topic):
+        group = by_topic[topic]
+        group.sort(key=_partition_and_replica)
+        ordered.extend(group)
+    return ordered
+

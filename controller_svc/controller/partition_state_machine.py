@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from controller_svc.common import metrics
 from controller_svc.common.errors import ControllerError, ControllerMovedError
-from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition
+from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition, sorted_partitions
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.core.context import ControllerContext
 from controller_svc.core.election import ElectionStrategy, elect
@@ -162,7 +162,7 @@ class PartitionStateMachine:
 
     def partitions_in(self, *states: PartitionState) -> list[TopicPartition]:
         wanted = set(states)
-        return sorted(tp for tp, s in self.states.items() if s in wanted)
+        return sorted_partitions(tp for tp, s in self.states.items() if s in wanted)
 
     def offline_partition_count(self) -> int:
         # Counted per topic as the states are written (core/tracked.py): O(topics), not a scan

@@ -21,6 +21,8 @@ from controller_svc.common.model import (
     PartitionAndReplica,
     ReplicaAssignment,
     TopicPartition,
+    sorted_partitions,
+    sorted_replicas,
 )
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.controller.partition_state_machine import MAX_WRITE_ATTEMPTS, PartitionStateStore
@@ -194,7 +196,7 @@ class ReplicaStateMachine:
         self._online_topics = set()
         result = ReplicaChangeResult()
         valid: list[PartitionAndReplica] = []
-        for replica in sorted(replicas):
+        for replica in sorted_replicas(replicas):
             current = self.state(replica)
             if current in VALID_PREVIOUS_STATES[target]:
                 valid.append(replica)
@@ -353,7 +355,7 @@ class ReplicaStateMachine:
                     )
             if outcome.error is not None:
                 return updated, outcome.error
-            remaining = sorted(outcome.conflicts)
+            remaining = sorted_partitions(outcome.conflicts)
             if not remaining:
                 break
             fresh = await self.store.read(remaining)

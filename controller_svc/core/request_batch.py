@@ -26,6 +26,7 @@ from controller_svc.common.model import (
     LeaderIsrAndControllerEpoch,
     ReplicaAssignment,
     TopicPartition,
+    sorted_partitions,
 )
 from controller_svc.core.context import ControllerContext
 from controller_svc.core.metadata_encoding import encode_field, remember, state_message
@@ -292,7 +293,7 @@ class RequestBatch:
                 controller_epoch=ctx.epoch,
                 broker_epoch=ctx.broker_epoch(broker_id),
             )
-            leader_and_isr_body = b"".join([entries[tp][0] for tp in sorted(entries)]) + bytes(
+            leader_and_isr_body = b"".join([entries[tp][0] for tp in sorted_partitions(entries)]) + bytes(
                 broker_pb2.LeaderAndIsrRequest(
                     live_leaders=[live_broker_message(ctx.live_brokers[b]) for b in sorted(leaders) if b in live],
                 ).SerializeToString()
@@ -301,7 +302,7 @@ class RequestBatch:
                 (broker_id, API_LEADER_AND_ISR, PreSerialized(leader_and_isr_head, leader_and_isr_body, len(entries)))
             )
         if self.update_metadata_brokers:
-            metadata_partitions = sorted(self.update_metadata_partitions)
+            metadata_partitions = sorted_partitions(self.update_metadata_partitions)
             # Fields concatenate on the wire: the partition states' encoded fields, then the
             # live brokers, parse as one UpdateMetadataRequest.
             body = b"".join(metadata_partition_fields(ctx, metadata_partitions)) + bytes(
@@ -338,7 +339,7 @@ class RequestBatch:
                                 leader_epoch=partitions[tp].leader_epoch,
                                 delete_partition=partitions[tp].delete,
                             )
-                            for tp in sorted(partitions)
+                            for tp in sorted_partitions(partitions)
                         ],
                     ),
                 )

@@ -19,6 +19,7 @@ a failover) stays dict's own C code; only writes pay a Python call.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -41,8 +42,11 @@ def _pairs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterable[tuple[Any,
     yield from kwargs.items()
 
 
-class TopicKeyed(dict[TopicPartition, V], Generic[V]):
-    """A dict keyed by partition that remembers the topics written since `take_dirty`."""
+K = TypeVar("K")
+
+
+class _DirtyTopics(dict[K, V], Generic[K, V]):
+    """A dict that remembers the topics of the keys written since `take_dirty`."""
 
     __slots__ = ("all_dirty", "dirty")
 
@@ -51,31 +55,35 @@ class TopicKeyed(dict[TopicPartition, V], Generic[V]):
         self.dirty: set[str] = set()
         self.all_dirty = True
 
+    @staticmethod
+    def _topic_of(key: Any) -> str:
+        raise NotImplementedError
+
     def take_dirty(self) -> tuple[bool, set[str]]:
         """(everything changed, the topics written) since the last call."""
         result = (self.all_dirty, self.dirty)
         self.all_dirty, self.dirty = False, set()
         return result
 
-    def __setitem__(self, key: TopicPartition, value: V) -> None:
-        self.dirty.add(key[0])
+    def __setitem__(self, key: K, value: V) -> None:
+        self.dirty.add(self._topic_of(key))
         dict.__setitem__(self, key, value)
 
-    def __delitem__(self, key: TopicPartition) -> None:
-        self.dirty.add(key[0])
+    def __delitem__(self, key: K) -> None:
+        self.dirty.add(self._topic_of(key))
         dict.__delitem__(self, key)
 
-    def pop(self, key: TopicPartition, default: Any = _MISSING) -> Any:
-        self.dirty.add(key[0])
+    def pop(self, key: K, default: Any = _MISSING) -> Any:
+        self.dirty.add(self._topic_of(key))
         return dict.pop(self, key) if default is _MISSING else dict.pop(self, key, default)
 
-    def popitem(self) -> tuple[TopicPartition, V]:
+    def popitem(self) -> tuple[K, V]:
         key, value = dict.popitem(self)
-        self.dirty.add(key[0])
+        self.dirty.add(self._topic_of(key))
         return key, value
 
-    def setdefault(self, key: TopicPartition, default: Any = None) -> Any:
-        self.dirty.add(key[0])
+    def setdefault(self, key: K, default: Any = None) -> Any:
+        self.dirty.add(self._topic_of(key))
         return dict.setdefault(self, key, default)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
@@ -89,51 +97,22 @@ class TopicKeyed(dict[TopicPartition, V], Generic[V]):
         self.all_dirty = True
 
 
-class TopicAssignments(dict[str, dict[int, ReplicaAssignment]]):
-    """Topic -> partition -> assignment; remembers the topics replaced or removed since
-    `take_dirty`. A write into a topic's own dict is not seen: ControllerContext.set_assignment,
-    the one place that does it, marks the topic itself."""
+class TopicKeyed(_DirtyTopics[TopicPartition, V]):
+    """Keyed by partition (the partition states)."""
 
-    __slots__ = ("all_dirty", "dirty")
+    __slots__ = ()
+    _topic_of = staticmethod(operator.itemgetter(0))  # type: ignore[assignment]  # C, per write
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.dirty: set[str] = set()
-        self.all_dirty = True
 
-    def take_dirty(self) -> tuple[bool, set[str]]:
-        result = (self.all_dirty, self.dirty)
-        self.all_dirty, self.dirty = False, set()
-        return result
+class TopicAssignments(_DirtyTopics[str, dict[int, ReplicaAssignment]]):
+    """Topic -> partition -> assignment. A write into a topic's own dict is not seen:
+    ControllerContext.set_assignment, the one place that does it, marks the topic itself."""
 
-    def __setitem__(self, key: str, value: dict[int, ReplicaAssignment]) -> None:
-        self.dirty.add(key)
-        dict.__setitem__(self, key, value)
+    __slots__ = ()
 
-    def __delitem__(self, key: str) -> None:
-        self.dirty.add(key)
-        dict.__delitem__(self, key)
-
-    def pop(self, key: str, default: Any = _MISSING) -> Any:
-        self.dirty.add(key)
-        return dict.pop(self, key) if default is _MISSING else dict.pop(self, key, default)
-
-    def popitem(self) -> tuple[str, dict[int, ReplicaAssignment]]:
-        key, value = dict.popitem(self)
-        self.dirty.add(key)
-        return key, value
-
-    def setdefault(self, key: str, default: Any = None) -> Any:
-        self.dirty.add(key)
-        return dict.setdefault(self, key, default)
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        for key, value in _pairs(args, kwargs):
-            self[key] = value
-
-    def clear(self) -> None:
-        dict.clear(self)
-        self.all_dirty = True
+    @staticmethod
+    def _topic_of(key: Any) -> str:
+        return str(key)
 
 
 class CountedStates(dict[TopicPartition, V], Generic[V]):

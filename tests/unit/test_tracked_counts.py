@@ -175,3 +175,16 @@ def test_the_collector_freezes_only_after_a_bulk_load() -> None:
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sorting_by_topic_gives_sorteds_order(seed: int) -> None:
+    from controller_svc.common.model import PartitionAndReplica, sorted_partitions, sorted_replicas
+
+    rng = random.Random(seed)
+    tps = [TopicPartition(rng.choice(["a", "b", "ab", "b-1", ""]), rng.randrange(50)) for _ in range(300)]
+    assert sorted_partitions(tps) == sorted(tps)
+    assert sorted_partitions(iter(set(tps))) == sorted(set(tps))
+    replicas = [PartitionAndReplica(tp, rng.randrange(5)) for tp in tps]
+    assert sorted_replicas(replicas) == sorted(replicas)
+    assert sorted_partitions([]) == [] and sorted_replicas([]) == []

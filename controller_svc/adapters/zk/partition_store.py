@@ -25,7 +25,7 @@ from controller_svc.common.errors import (
     ZkNoNodeError,
     ZkUnavailableError,
 )
-from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition
+from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition, sorted_partitions
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class ZkPartitionStateStore:
     async def create(self, states: Mapping[TopicPartition, LeaderIsrAndControllerEpoch]) -> WriteResult:
         """Create state znodes (and their parents). NodeExists on a state is a conflict."""
         result = WriteResult()
-        partitions = sorted(states)
+        partitions = sorted_partitions(states)
         await self._ensure_parents(partitions)
         ops: list[tuple[TopicPartition, ZkOp]] = [
             (
@@ -116,7 +116,7 @@ class ZkPartitionStateStore:
                     states[tp].zk_version,
                 ),
             )
-            for tp in sorted(states)
+            for tp in sorted_partitions(states)
         ]
         await self._run(ops, result, created=False)
         return result
