@@ -102,20 +102,18 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
         self, request: broker_pb2.UpdateMetadataRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.UpdateMetadataResponse:
         async with self._lock:
-            result = replica_manager.apply_update_metadata(self.state, request)
+            with gc_policy.no_collection_during("UpdateMetadata"):
+                result = replica_manager.apply_update_metadata(self.state, request)
             self._record("UpdateMetadata", request, result)
-            if result.applied:
-                gc_policy.freeze_after_bulk_load("UpdateMetadata", len(request.partition_states))
         return broker_pb2.UpdateMetadataResponse(error_code=int(result.error), error_message=_message(result.error))
 
     async def LeaderAndIsr(
         self, request: broker_pb2.LeaderAndIsrRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.LeaderAndIsrResponse:
         async with self._lock:
-            result = replica_manager.apply_leader_and_isr(self.state, request)
+            with gc_policy.no_collection_during("LeaderAndIsr"):
+                result = replica_manager.apply_leader_and_isr(self.state, request)
             self._record("LeaderAndIsr", request, result)
-            if result.applied:
-                gc_policy.freeze_after_bulk_load("LeaderAndIsr", len(request.partition_states))
         return broker_pb2.LeaderAndIsrResponse(
             error_code=int(result.error),
             error_message=_message(result.error),

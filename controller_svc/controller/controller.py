@@ -20,7 +20,7 @@ from controller_svc.adapters.zk.client import WatchKind, ZkClient
 from controller_svc.adapters.zk.partition_store import ZkPartitionStateStore
 from controller_svc.adapters.zk.standby import StandbyMetadata
 from controller_svc.adapters.zk.store import ControllerZkStore
-from controller_svc.common import gc_policy, logging_setup, metrics
+from controller_svc.common import logging_setup, metrics
 from controller_svc.common.errors import (
     ControllerEpochCorruptError,
     ControllerError,
@@ -338,9 +338,6 @@ class Controller:
         if self.on_role_change is not None:
             self.on_role_change(True)
         timings = await self.term.open()
-        # The loaded metadata and the state machines' keys are long-lived: out of the
-        # collector's full walks from now on (common/gc_policy.py).
-        gc_policy.freeze_after_bulk_load("failover", self.context.partition_count)
         self.state_log.record(
             "controller.failover_completed",
             controller_id=self.id,

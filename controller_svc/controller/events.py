@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller_svc.common import metrics
+from controller_svc.common import gc_policy, metrics
 from controller_svc.common.errors import ControllerError, NotControllerError
 from controller_svc.common.tasks import cancel_and_wait, spawn
 
@@ -392,7 +392,10 @@ class EventManager:
             try:
                 if isinstance(event, ShutdownEventThread):
                     return
-                await self._handler(event)
+                # No full collection over a 1M-partition heap in the middle of a step
+                # (common/gc_policy.py): it holds the GIL, the ZooKeeper thread's too.
+                with gc_policy.no_collection_during(type(event).__name__):
+                    await self._handler(event)
             except asyncio.CancelledError:
                 event.preempt()
                 raise

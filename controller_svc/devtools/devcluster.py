@@ -134,9 +134,11 @@ async def read_controller(zookeeper: str) -> tuple[int, int]:
     return controller_id, controller_epoch
 
 
-async def snapshot(spec: dict[str, Any]) -> ClusterSnapshot:
+async def snapshot(spec: dict[str, Any], counts_only: bool = False) -> ClusterSnapshot:
+    """The controller and every broker's DescribeBroker (`counts_only`: without their roles
+    and metadata caches, what status and convergence checks need at any size)."""
     controller_id, epoch = await read_controller(spec["zookeeper"])
-    responses = await asyncio.gather(*(describe_broker(b["grpc"]) for b in spec["brokers"]))
+    responses = await asyncio.gather(*(describe_broker(b["grpc"], counts_only=counts_only) for b in spec["brokers"]))
     return ClusterSnapshot(controller_id, epoch, {b["id"]: r for b, r in zip(spec["brokers"], responses, strict=True)})
 
 
@@ -147,7 +149,7 @@ async def wait_converged(spec: dict[str, Any], timeout_s: float, min_epoch: int 
     last: ClusterSnapshot | None = None
     while time.monotonic() < deadline:
         try:
-            last = await snapshot(spec)
+            last = await snapshot(spec, counts_only=True)
         except Exception:
             await asyncio.sleep(0.2)
             continue
@@ -362,7 +364,7 @@ def format_status(spec: dict[str, Any], snap: ClusterSnapshot) -> str:
             state = (
                 f"{'registered' if r.registered else 'UNREGISTERED'} broker_epoch={r.broker_epoch} "
                 f"controller_epoch={r.controller_epoch} live={len(r.live_brokers)} "
-                f"partitions={len(r.roles)} leading={sum(1 for x in r.roles if x.role == 'leader')}"
+                f"partitions={r.role_count} leading={r.leader_count}"
             )
         lines.append(f"{'broker-' + str(b['id']):<14}{b['pid']:>8}  {b['grpc']:<22}{state}")
     return "\n".join(lines)
@@ -370,7 +372,7 @@ def format_status(spec: dict[str, Any], snap: ClusterSnapshot) -> str:
 
 def status(directory: str) -> str:
     spec = read_spec(directory)
-    text = format_status(spec, uvloop.run(snapshot(spec)))
+    text = format_status(spec, uvloop.run(snapshot(spec, counts_only=True)))
     try:
         from controller_svc.adapters.admin_client import AdminClient
         from controller_svc.core.cluster_table import format_cluster

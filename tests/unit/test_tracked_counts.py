@@ -188,3 +188,46 @@ def test_sorting_by_topic_gives_sorteds_order(seed: int) -> None:
     replicas = [PartitionAndReplica(tp, rng.randrange(5)) for tp in tps]
     assert sorted_replicas(replicas) == sorted(replicas)
     assert sorted_partitions([]) == [] and sorted_replicas([]) == []
+
+
+async def test_describe_broker_counts_only_leaves_out_the_lists_and_keeps_the_counts() -> None:
+    from broker_stub.server import BrokerControlService
+    from controller_svc.common.state_change_log import StateChangeLog
+    from kcontroller.v1 import broker_pb2, common_pb2
+
+    state = BrokerState(broker_id=1, broker_epoch=7, registered=True)
+    for p in range(4):
+        tp = TopicPartition("a", p)
+        state.roles[tp] = _role("leader" if p < 3 else "follower", 1 if p < 3 else 2, (1, 2, 3))
+        state.metadata[tp] = common_pb2.PartitionState(topic="a", partition=p, leader=1)
+    state.roles[TopicPartition("a", 9)] = _role("stopped", 1, (1, 2, 3))
+    service = BrokerControlService(state, StateChangeLog(None, "test"))
+    full = await service.DescribeBroker(broker_pb2.DescribeBrokerRequest(), None)  # type: ignore[arg-type]
+    counts = await service.DescribeBroker(broker_pb2.DescribeBrokerRequest(counts_only=True), None)  # type: ignore[arg-type]
+    assert len(full.roles) == 5 and len(full.metadata_partitions) == 4
+    assert not counts.roles and not counts.metadata_partitions
+    for answer in (full, counts):
+        assert (answer.role_count, answer.leader_count, answer.metadata_partition_count) == (4, 3, 4)
+        assert answer.broker_epoch == 7 and answer.registered
+
+
+def test_no_collection_during_a_step_then_its_bulk_is_frozen() -> None:
+    import gc
+
+    from controller_svc.common import gc_policy
+
+    gc.unfreeze()
+    try:
+        with gc_policy.no_collection_during("a small step"):
+            assert not gc.isenabled()
+            kept = [[i] for i in range(10)]
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+        with gc_policy.no_collection_during("a bulk step"):
+            with gc_policy.no_collection_during("a step inside it"):
+                pass
+            assert not gc.isenabled()  # the inner step leaves the switch to the outer one
+            kept = [[i] for i in range(gc_policy.BULK_THRESHOLD * 2)]
+        assert gc.isenabled() and gc.get_freeze_count() >= len(kept)
+    finally:
+        gc.unfreeze()
+        gc.enable()

@@ -184,10 +184,13 @@ class StandbyMetadata:
                 if not self.ready or not self._intact():
                     async with self._lock:
                         if self._following.is_set():
-                            await self._reload()
+                            # The copy's load is one bulk step (common/gc_policy.py).
+                            with gc_policy.no_collection_during("standby copy"):
+                                await self._reload()
                     if not self.ready:
                         await asyncio.sleep(0.5)  # the connection changed during the read: again
-                    await self._encode_pending()
+                    with gc_policy.no_collection_during("standby encoding"):
+                        await self._encode_pending()
                     continue
                 try:
                     # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation
@@ -254,7 +257,6 @@ class StandbyMetadata:
             return
         self._ready_at = time.monotonic()
         self.reloads += 1
-        gc_policy.freeze_after_bulk_load("standby copy", len(self._states))
         metrics.STANDBY_READY.set(1)
         metrics.STANDBY_RELOADS.inc()
         log.info(
