@@ -28,7 +28,6 @@ import tempfile
 import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-DOCKERFILE = ROOT / "Dockerfile"
 COMPOSE = ROOT / "deploy" / "compose.yaml"
 WHEELHOUSE = ROOT / "deploy" / "wheelhouse"
 ZOOKEEPER_CONTEXT = ROOT / "deploy" / "zookeeper"
