@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 
 # Partitions between two yields of the failover's start-up to the event loop (tens of ms of CPU).
 INITIALIZE_CHUNK = 50_000
+# Replicas of one broker taken out of their ISRs per slice (read, write, requests), between
+# two yields to the event loop.
+OFFLINE_SLICE = 20_000
 
 
 class ReplicaState(enum.Enum):
@@ -286,22 +289,35 @@ class ReplicaStateMachine:
             self.batch.add_stop_replica([replica.replica], replica.tp, delete=False)
             by_broker.setdefault(replica.replica, []).append(replica.tp)
         for broker_id, partitions in sorted(by_broker.items()):
-            with_state = [tp for tp in partitions if tp in self.ctx.partition_states]
-            without_state = [tp for tp in partitions if tp not in self.ctx.partition_states]
-            updated, error = await self.remove_replica_from_isr(broker_id, with_state)
-            for tp, state in updated.items():
-                if self.ctx.is_topic_queued_for_deletion(tp.topic):
-                    continue
-                assignment = self.ctx.assignment(tp)
-                assert assignment is not None
-                others = [r for r in assignment.replicas if r != broker_id]
-                self.batch.add_leader_and_isr(others, tp, state, assignment, is_new=False)
-            if without_state:
-                self.batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, without_state)
-            for tp in partitions:
-                self.states[PartitionAndReplica(tp, broker_id)] = ReplicaState.OFFLINE
-            if error is not None:
-                raise error  # after the committed writes' requests are in the batch
+            # In slices, yielding between them: a broker failure at 1M partitions takes 400k
+            # followers out of their ISRs, and one pass over them held the loop for 28 s.
+            for start in range(0, len(partitions), OFFLINE_SLICE):
+                if start:
+                    await asyncio.sleep(0)
+                error = await self._slice_to_offline(broker_id, partitions[start : start + OFFLINE_SLICE])
+                if error is not None:
+                    # As if written in one pass: every replica is Offline in the state machine,
+                    # the committed writes' requests are in the batch; the rest is not tried.
+                    for tp in partitions[start + OFFLINE_SLICE :]:
+                        self.states[PartitionAndReplica(tp, broker_id)] = ReplicaState.OFFLINE
+                    raise error
+
+    async def _slice_to_offline(self, broker_id: int, partitions: list[TopicPartition]) -> ControllerError | None:
+        with_state = [tp for tp in partitions if tp in self.ctx.partition_states]
+        without_state = [tp for tp in partitions if tp not in self.ctx.partition_states]
+        updated, error = await self.remove_replica_from_isr(broker_id, with_state)
+        for tp, state in updated.items():
+            if self.ctx.is_topic_queued_for_deletion(tp.topic):
+                continue
+            assignment = self.ctx.assignment(tp)
+            assert assignment is not None
+            others = [r for r in assignment.replicas if r != broker_id]
+            self.batch.add_leader_and_isr(others, tp, state, assignment, is_new=False)
+        if without_state:
+            self.batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, without_state)
+        for tp in partitions:
+            self.states[PartitionAndReplica(tp, broker_id)] = ReplicaState.OFFLINE
+        return error  # raised by the caller, after the committed writes' requests are in the batch
 
     async def remove_replica_from_isr(
         self, broker_id: int, partitions: list[TopicPartition]

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 
@@ -229,6 +230,45 @@ async def test_writes_committed_before_zookeeper_fails_part_way_still_send_their
     leaders = {p.partition: p.leader for _, api, r in sink.sent if api == "LeaderAndIsr" for p in r.partition_states}
     assert store.znodes[T0].leader == 2 and store.znodes[t1].leader == 1  # T0 written, t1 not
     assert leaders == {0: 2}
+
+
+@pytest.mark.parametrize("fail_after", [None, 3])
+async def test_offline_replicas_in_slices_as_in_one_pass(
+    monkeypatch: pytest.MonkeyPatch, fail_after: int | None
+) -> None:
+    """A broker's replicas leave their ISRs in slices (OFFLINE_SLICE, here 2 of 5 partitions),
+    with the same outcome as one pass: every ISR written, each other replica told, every
+    replica Offline; when ZooKeeper fails part-way, the committed writes' requests are in the
+    batch, every replica is still Offline, and the rest is not tried."""
+    from controller_svc.controller import replica_state_machine
+
+    monkeypatch.setattr(replica_state_machine, "OFFLINE_SLICE", 2)
+    assignment = {p: [1, 2] for p in range(5)}
+    ctx, store, batch, psm, rsm = machines(assignment=assignment)
+    await bring_online(ctx, store, batch, psm, rsm)
+    replicas = [PartitionAndReplica(TopicPartition("t", p), 1) for p in range(5)]
+    reads: list[int] = []
+    read = store.read
+
+    async def counted_read(partitions: Any) -> Any:
+        reads.append(len(partitions))
+        return await read(partitions)
+
+    monkeypatch.setattr(store, "read", counted_read)
+    batch.new_batch()
+    if fail_after is None:
+        await rsm.handle_state_changes(replicas, ReplicaState.OFFLINE)
+    else:
+        store.unavailable_after = store.writes + fail_after
+        with pytest.raises(ZkUnavailableError):
+            await rsm.handle_state_changes(replicas, ReplicaState.OFFLINE)
+    told = set(batch.leader_and_isr.get(2, {}))
+    batch.clear()
+    written = {tp for tp in store.znodes if 1 not in store.znodes[tp].isr}
+    assert written == ({r.tp for r in replicas} if fail_after is None else {r.tp for r in replicas[:fail_after]})
+    assert told == written
+    assert all(rsm.state(r) is ReplicaState.OFFLINE for r in replicas)
+    assert reads == ([2, 2, 1] if fail_after is None else [2, 2])  # one fresh read per slice
 
 
 async def test_unclean_permission_is_read_from_zookeeper_at_the_election_not_from_the_cache() -> None:
