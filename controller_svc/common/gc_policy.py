@@ -32,7 +32,14 @@ import logging
 import time
 from collections.abc import Iterator
 
+from prometheus_client import Gauge
+
 log = logging.getLogger(__name__)
+
+FROZEN_OBJECTS = Gauge(
+    "kcontroller_gc_frozen_objects",
+    "Objects in the collector's permanent generation (gc.freeze after bulk steps); never walked again",
+)
 
 # Below this many changes (partitions in a request, znodes in a load) a freeze is not worth it.
 BULK_THRESHOLD = 10_000
@@ -44,6 +51,7 @@ def freeze_after_bulk_load(what: str, size: int) -> bool:
         return False
     started = time.monotonic()
     gc.freeze()
+    FROZEN_OBJECTS.set(gc.get_freeze_count())
     log.debug(
         "%s: %d objects moved to the collector's permanent generation in %.1f ms",
         what,

@@ -173,6 +173,7 @@ def test_the_collector_freezes_only_after_a_bulk_load() -> None:
         assert gc.get_freeze_count() == 0
         assert gc_policy.freeze_after_bulk_load("a bulk load", gc_policy.BULK_THRESHOLD)
         assert gc.get_freeze_count() > 0
+        assert gc_policy.FROZEN_OBJECTS._value.get() == gc.get_freeze_count()
     finally:
         gc.unfreeze()
 
