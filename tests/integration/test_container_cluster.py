@@ -172,8 +172,9 @@ def test_podman_stop_of_a_broker_runs_its_controlled_shutdown(cluster: dict[str,
 
 
 def test_podman_kill_of_the_active_controller_leads_to_a_takeover(cluster: dict[str, str]) -> None:
-    before = describe(cluster, "controller-1")
-    assert before is not None
+    # Polled: one `describe` right after the broker's stop found no answer once (a clean-clone
+    # suite run); what this test needs is the controller and epoch before the kill.
+    before = poll(lambda: describe(cluster, "controller-1"), 60, "describe in controller-1 before the kill")
     victim = before["controller"]
     podman(cluster, "kill", name(f"controller-{victim}"))
     witness = next(i for i in (1, 2, 3) if i != victim)
