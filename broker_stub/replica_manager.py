@@ -136,17 +136,23 @@ def apply_stop_replica(state: BrokerState, request: broker_pb2.StopReplicaReques
     return result
 
 
+@dataclass
+class ReplicaEpochsAnswer:
+    topics: list[broker_pb2.TopicReplicaEpochs] = field(default_factory=list)
+    metadata_digests: list[broker_pb2.TopicMetadataDigest] = field(default_factory=list)
+
+
 def apply_describe_replica_epochs(
     state: BrokerState, request: broker_pb2.DescribeReplicaEpochsRequest
-) -> tuple[ApplyResult, list[broker_pb2.TopicReplicaEpochs]]:
+) -> tuple[ApplyResult, ReplicaEpochsAnswer]:
     """A new controller's question at failover: the leader epoch held for each replica that
-    is leader or follower on a log dir that has not failed. Fenced and accepted like any
-    control request, so once answered no request of an older controller is applied: what we
-    report can then only change through the asking controller (or a restart, which it sees
-    as a new broker epoch)."""
+    is leader or follower on a log dir that has not failed, and when asked the digest of each
+    topic's cached metadata. Fenced and accepted like any control request, so once answered
+    no request of an older controller is applied: what we report can then only change
+    through the asking controller (or a restart, which it sees as a new broker epoch)."""
     error = _fence(state, request.controller_epoch, request.broker_epoch)
     if error:
-        return ApplyResult(error), []
+        return ApplyResult(error), ReplicaEpochsAnswer()
     _accept_controller(state, request.controller_id, request.controller_epoch)
     by_topic: dict[str, tuple[list[int], list[int]]] = {}
     for tp, role in state.roles.items():
@@ -156,8 +162,15 @@ def apply_describe_replica_epochs(
         partitions.append(tp.partition)
         epochs.append(role.leader_epoch)
     state.generation += 1
-    topics = [
-        broker_pb2.TopicReplicaEpochs(topic=topic, partitions=partitions, leader_epochs=epochs)
-        for topic, (partitions, epochs) in sorted(by_topic.items())
-    ]
-    return ApplyResult(), topics
+    answer = ReplicaEpochsAnswer(
+        topics=[
+            broker_pb2.TopicReplicaEpochs(topic=topic, partitions=partitions, leader_epochs=epochs)
+            for topic, (partitions, epochs) in sorted(by_topic.items())
+        ]
+    )
+    if request.metadata_digests:
+        answer.metadata_digests = [
+            broker_pb2.TopicMetadataDigest(topic=topic, digest=digest)
+            for topic, digest in sorted(state.metadata_digests().items())
+        ]
+    return ApplyResult(), answer

@@ -136,10 +136,13 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
         self, request: broker_pb2.DescribeReplicaEpochsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.DescribeReplicaEpochsResponse:
         async with self._lock:
-            result, topics = replica_manager.apply_describe_replica_epochs(self.state, request)
+            result, answer = replica_manager.apply_describe_replica_epochs(self.state, request)
             self._record("DescribeReplicaEpochs", request, result)
         return broker_pb2.DescribeReplicaEpochsResponse(
-            error_code=int(result.error), error_message=_message(result.error), topics=topics
+            error_code=int(result.error),
+            error_message=_message(result.error),
+            topics=answer.topics,
+            metadata_digests=answer.metadata_digests,
         )
 
     async def DescribeBroker(

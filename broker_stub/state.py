@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+from controller_svc.common.metadata_digest import as_field, topic_digest
 from controller_svc.common.model import TopicPartition
+from controller_svc.common.observed_dict import ObservedDict
 from kcontroller.v1 import common_pb2
 
 
@@ -26,14 +28,11 @@ class PartitionRole(NamedTuple):
     zk_version: int = -1
 
 
-_MISSING: Any = object()
-
-
-class RoleTable(dict[TopicPartition, PartitionRole]):
+class RoleTable(ObservedDict[TopicPartition, PartitionRole]):
     """The broker's partition roles, with the counts its gauges and its ISR maintenance need
     kept as roles are written: each control request used to rescan every role (twice for the
     gauges, once more for the leader's under-replicated partitions), which at 600k replicas per
-    broker made every request cost a full scan. A dict subclass: reads stay dict's C code."""
+    broker made every request cost a full scan."""
 
     __slots__ = ("broker_id", "hosted", "led", "under_replicated")
 
@@ -59,44 +58,61 @@ class RoleTable(dict[TopicPartition, PartitionRole]):
                 else:
                     self.under_replicated.discard(tp)
 
-    def __setitem__(self, tp: TopicPartition, role: PartitionRole) -> None:
-        previous = dict.get(self, tp)
-        if previous is not None:
-            self._account(tp, previous, -1)
-        dict.__setitem__(self, tp, role)
+    def _added(self, tp: TopicPartition, role: PartitionRole) -> None:
         self._account(tp, role, 1)
 
-    def __delitem__(self, tp: TopicPartition) -> None:
-        self._account(tp, dict.__getitem__(self, tp), -1)
-        dict.__delitem__(self, tp)
-
-    def pop(self, tp: TopicPartition, default: Any = _MISSING) -> Any:
-        role = dict.pop(self, tp, _MISSING)
-        if role is _MISSING:
-            if default is _MISSING:
-                raise KeyError(tp)
-            return default
+    def _removed(self, tp: TopicPartition, role: PartitionRole) -> None:
         self._account(tp, role, -1)
-        return role
 
-    def popitem(self) -> tuple[TopicPartition, PartitionRole]:
-        tp, role = dict.popitem(self)
-        self._account(tp, role, -1)
-        return tp, role
-
-    def setdefault(self, tp: TopicPartition, default: Any = None) -> Any:
-        if tp not in self:
-            self[tp] = default
-        return dict.__getitem__(self, tp)
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        for tp, role in dict(*args, **kwargs).items():
-            self[tp] = role
-
-    def clear(self) -> None:
-        dict.clear(self)
+    def _cleared(self) -> None:
         self.hosted = self.led = 0
         self.under_replicated.clear()
+
+
+class MetadataCache(ObservedDict[TopicPartition, common_pb2.PartitionState]):
+    """The broker's metadata cache (Kafka's MetadataCache: the partition states of the last
+    UpdateMetadata), keeping each state also as the field UpdateMetadata carries it, per topic,
+    so that the digests a failover asks for (common/metadata_digest.py) cost a hash of the
+    topics changed since the last question, not a serialization of the whole cache. The cached
+    messages are never changed in place (a new UpdateMetadata replaces them)."""
+
+    __slots__ = ("_digests", "_fields")
+
+    def __init__(self, entries: dict[TopicPartition, common_pb2.PartitionState] | None = None) -> None:
+        super().__init__()
+        self._fields: dict[str, dict[int, bytes]] = {}  # topic -> partition -> field
+        self._digests: dict[str, bytes] = {}  # topics unchanged since their digest was made
+        for tp, state in (entries or {}).items():
+            self[tp] = state
+
+    def _added(self, tp: TopicPartition, state: common_pb2.PartitionState) -> None:
+        topic = tp[0]
+        fields = self._fields.get(topic)
+        if fields is None:
+            fields = self._fields[topic] = {}
+        fields[tp[1]] = as_field(state.SerializeToString())
+        self._digests.pop(topic, None)
+
+    def _removed(self, tp: TopicPartition, _state: common_pb2.PartitionState) -> None:
+        topic = tp[0]
+        fields = self._fields.get(topic)
+        if fields is not None:
+            fields.pop(tp[1], None)
+            if not fields:
+                del self._fields[topic]
+        self._digests.pop(topic, None)
+
+    def _cleared(self) -> None:
+        self._fields.clear()
+        self._digests.clear()
+
+    def digests(self) -> dict[str, bytes]:
+        """Topic -> the digest of its cached partition states, for every topic cached."""
+        made = self._digests
+        for topic, fields in self._fields.items():
+            if topic not in made:
+                made[topic] = topic_digest([fields[p] for p in sorted(fields)])
+        return dict(made)
 
 
 @dataclass
@@ -108,7 +124,7 @@ class BrokerState:
     controller_id: int = -1
     controller_endpoint: str = ""
     live_brokers: dict[int, common_pb2.LiveBroker] = field(default_factory=dict)
-    metadata: dict[TopicPartition, common_pb2.PartitionState] = field(default_factory=dict)
+    metadata: dict[TopicPartition, common_pb2.PartitionState] = field(default_factory=MetadataCache)
     roles: dict[TopicPartition, PartitionRole] = field(default_factory=dict)
     update_metadata_count: int = 0
     log_dirs: tuple[str, ...] = ("data-0",)
@@ -122,6 +138,8 @@ class BrokerState:
     def __post_init__(self) -> None:
         if not isinstance(self.roles, RoleTable):
             self.roles = RoleTable(self.broker_id, self.roles)
+        if not isinstance(self.metadata, MetadataCache):
+            self.metadata = MetadataCache(self.metadata)
 
     def __repr__(self) -> str:
         return (
@@ -140,9 +158,6 @@ class BrokerState:
     def is_on_offline_dir(self, tp: TopicPartition) -> bool:
         return bool(self.offline_log_dirs) and self.log_dir_of(tp) in self.offline_log_dirs
 
-    def partitions_led(self) -> int:
-        return sum(1 for r in self.roles.values() if r.role == "leader")
-
     def under_replicated_led(self) -> set[TopicPartition]:
         """Partitions this broker leads whose ISR lacks some replica, not on a failed log dir."""
         led = self._roles().under_replicated
@@ -152,6 +167,11 @@ class BrokerState:
         """Replicas not stopped, and partitions led by this broker (the gauges)."""
         roles = self._roles()
         return roles.hosted, roles.led
+
+    def metadata_digests(self) -> dict[str, bytes]:
+        if not isinstance(self.metadata, MetadataCache):  # replaced by a plain dict: indexed again
+            self.metadata = MetadataCache(self.metadata)
+        return self.metadata.digests()
 
     def _roles(self) -> RoleTable:
         if not isinstance(self.roles, RoleTable):  # replaced by a plain dict: indexed again

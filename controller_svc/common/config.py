@@ -157,6 +157,14 @@ CONTROLLER_KEYS: tuple[Key, ...] = (
         _positive,
     ),
     Key(
+        "failover.metadata.digests.enable",
+        bool,
+        True,
+        "With failover.replica.epochs.enable: at failover, send a broker the UpdateMetadata of only the topics "
+        "whose cached metadata differs from the controller's (false: every partition to every broker, as Kafka "
+        "does)",
+    ),
+    Key(
         "controller.standby.warm.enable",
         bool,
         True,

@@ -350,6 +350,8 @@ class Controller:
             brokers_reported=list(timings.brokers_reported),
             leader_and_isr_sent=timings.leader_and_isr_sent,
             leader_and_isr_skipped=timings.leader_and_isr_skipped,
+            metadata_states_sent=timings.metadata_states_sent,
+            metadata_states_skipped=timings.metadata_states_skipped,
             load_mode=timings.load_mode,
             warm_reread=timings.warm_reread,
             cold_reason=timings.cold_reason or None,

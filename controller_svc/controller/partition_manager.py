@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from controller_svc.common import metrics
@@ -17,12 +18,23 @@ from controller_svc.common.errors import ControllerMovedError, ErrorCode
 from controller_svc.common.model import PartitionAndReplica, TopicPartition
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.controller.partition_state_machine import PartitionState, PartitionStateMachine, PartitionStateStore
-from controller_svc.controller.replica_state_machine import ReplicaState, ReplicaStateMachine
+from controller_svc.controller.replica_state_machine import INITIALIZE_CHUNK, ReplicaState, ReplicaStateMachine
 from controller_svc.core.context import ControllerContext
-from controller_svc.core.replica_epochs import ReplicaEpochs
-from controller_svc.core.request_batch import RequestBatch, RequestSink, StopReplicaCallback
+from controller_svc.core.replica_epochs import MetadataDigests, ReplicaEpochs, topics_lacking
+from controller_svc.core.request_batch import RequestBatch, RequestSink, StopReplicaCallback, metadata_topic_digests
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverSends:
+    """What the failover's start-up sent and left out because brokers held it already."""
+
+    leader_and_isr_sent: int
+    leader_and_isr_skipped: int
+    # partition states in UpdateMetadata, summed over brokers
+    metadata_states_sent: int
+    metadata_states_skipped: int
 
 
 class PartitionManager:
@@ -91,29 +103,66 @@ class PartitionManager:
         self._state_machines_initialized = True
 
     async def start_up(
-        self, reported: ReplicaEpochs | None = None, mark: Callable[[str], None] = lambda _phase: None
-    ) -> tuple[int, int]:
+        self,
+        reported: ReplicaEpochs | None = None,
+        mark: Callable[[str], None] = lambda _phase: None,
+        digests: MetadataDigests | None = None,
+    ) -> FailoverSends:
         """Failover: UpdateMetadata to every live broker, replica state machine start-up
         (online replicas get LeaderAndIsr where their broker is behind, offline ones leave the
         ISR), then partition state machine start-up (New and Offline partitions elected with
-        the offline strategy). Returns the LeaderAndIsr (sent, skipped)."""
-        async with self.operation(refresh_metrics=False) as batch:
-            batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, self.ctx.all_partitions())
+        the offline strategy)."""
+        metadata_sent, metadata_skipped = await self._update_metadata_at_failover(digests or {})
         mark("update_metadata")
         if not self._state_machines_initialized:
             await self.initialize_state_machines()
             mark("state_machines_init")
         self._state_machines_initialized = False
-        offline = [r for r, s in self.rsm.states.items() if s is not ReplicaState.ONLINE]
+        offline = self.rsm.take_initially_offline()
         async with self.operation(refresh_metrics=False):
-            sent_skipped = await self.rsm.resend_online(reported)
+            sent, skipped = await self.rsm.resend_online(reported)
             await self.rsm.handle_state_changes(offline, ReplicaState.OFFLINE)
         mark("replicas_online_offline")
         # Gauges: refreshed by the failover's last step (TermOfOffice.open).
         async with self.operation(refresh_metrics=False):
             await self.psm.trigger_online_partition_state_change()
         mark("partitions_online")
-        return sent_skipped
+        return FailoverSends(sent, skipped, metadata_sent, metadata_skipped)
+
+    async def _update_metadata_at_failover(self, digests: MetadataDigests) -> tuple[int, int]:
+        """Kafka's sendUpdateMetadataRequest(all live brokers, all partitions), except that a
+        broker that reported its metadata digests gets only the topics where its cache differs
+        (core/replica_epochs.topics_lacking says why that is safe); every broker gets an
+        UpdateMetadata, if only for the live brokers and the new epoch. Brokers lacking the same
+        topics share one request. Returns the partition states (sent, skipped) over all brokers."""
+        ctx = self.ctx
+        brokers = ctx.live_or_shutting_down_broker_ids
+        topics = list(ctx.assignments)
+        # In slices, yielding between them: after a cold load this encodes every partition
+        # state (5 s in one step at 1M partitions, when the request's build did it), which the
+        # request then reuses from the context's cache.
+        ours: dict[str, bytes] = {}
+        done_since_yield = 0
+        for topic in topics:
+            ours.update(metadata_topic_digests(ctx, [topic]))
+            done_since_yield += len(ctx.assignments[topic])
+            if done_since_yield >= INITIALIZE_CHUNK:
+                done_since_yield = 0
+                await asyncio.sleep(0)
+        groups: dict[frozenset[str], set[int]] = {}
+        for broker_id in brokers:
+            groups.setdefault(topics_lacking(topics, ours, digests.get(broker_id)), set()).add(broker_id)
+        sent = skipped = 0
+        for lacking, group in sorted(groups.items(), key=lambda item: sorted(item[1])):
+            if len(lacking) == len(topics):
+                partitions = ctx.all_partitions()
+            else:
+                partitions = [tp for topic in sorted(lacking) for tp in ctx.partitions_for_topic(topic)]
+            async with self.operation(refresh_metrics=False) as batch:
+                batch.add_update_metadata(group, partitions)
+            sent += len(partitions) * len(group)
+            skipped += (ctx.partition_count - len(partitions)) * len(group)
+        return sent, skipped
 
     # --- brokers --------------------------------------------------------------------------------
 

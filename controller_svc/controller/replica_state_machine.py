@@ -11,7 +11,8 @@ import asyncio
 import enum
 import itertools
 import logging
-from collections.abc import Iterable
+import operator
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from controller_svc.common.errors import ControllerError, ControllerMovedError
@@ -26,7 +27,7 @@ from controller_svc.common.model import (
 )
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.controller.partition_state_machine import MAX_WRITE_ATTEMPTS, PartitionStateStore
-from controller_svc.core.context import ControllerContext
+from controller_svc.core.context import ControllerContext, TopicReplicaKeys
 from controller_svc.core.replica_epochs import ReplicaEpochs
 from controller_svc.core.request_batch import RequestBatch
 
@@ -37,6 +38,8 @@ INITIALIZE_CHUNK = 50_000
 # Replicas of one broker taken out of their ISRs per slice (read, write, requests), between
 # two yields to the event loop.
 OFFLINE_SLICE = 20_000
+_LEADER_EPOCH = operator.attrgetter("leader_epoch")
+_NOT_ONLINE: TopicReplicaKeys | None = TopicReplicaKeys({}, (), frozenset())  # sentinel
 
 
 class ReplicaState(enum.Enum):
@@ -81,9 +84,12 @@ class ReplicaStateMachine:
         self.state_log = state_log
         self.controller_id = controller_id
         self.states: dict[PartitionAndReplica, ReplicaState] = {}
-        # Topics whose every replica `initialize` made Online, for `resend_online` right after
-        # it (no lookup of their replicas' states); any other change forgets them.
-        self._online_topics: set[str] = set()
+        # Topics whose every replica `initialize` made Online, with the standby's keys of the
+        # topic when they were used, for `resend_online` right after it (no lookup of their
+        # replicas' states); any other change forgets them.
+        self._online_topics: dict[str, TopicReplicaKeys | None] = {}
+        # The replicas `initialize` did not make Online, while nothing else changed a state.
+        self._initially_offline: list[PartitionAndReplica] | None = None
 
     def __repr__(self) -> str:
         counts: dict[str, int] = {}
@@ -99,8 +105,10 @@ class ReplicaStateMachine:
         ctx = self.ctx
         states = self.states
         states.clear()
-        online_topics: set[str] = set()
-        self._online_topics = set()
+        online_topics: dict[str, TopicReplicaKeys | None] = {}
+        offline: list[PartitionAndReplica] = []
+        self._online_topics = {}
+        self._initially_offline = None
         online_state, offline_state = ReplicaState.ONLINE, ReplicaState.DELETION_INELIGIBLE
         # Without shutting-down brokers or failed log dirs, online is simply live.
         simple = not ctx.shutting_down_broker_ids and not any(ctx.replicas_on_offline_dirs.values())
@@ -122,7 +130,7 @@ class ReplicaStateMachine:
             made = hint.get(topic)
             if simple and made is not None and made.assignments is parts and made.brokers <= live_ids:
                 states.update(zip(made.keys, itertools.repeat(online_state)))
-                online_topics.add(topic)
+                online_topics[topic] = made
                 done_since_yield += len(parts)
                 continue
             all_online = True
@@ -130,12 +138,26 @@ class ReplicaStateMachine:
                 tp = new(TopicPartition, (topic, partition))
                 for broker_id in assignment.replicas:
                     online = broker_id in live if simple else ctx.is_replica_online(broker_id, tp)
-                    states[new(PartitionAndReplica, (tp, broker_id))] = online_state if online else offline_state
-                    all_online = all_online and online
+                    replica = new(PartitionAndReplica, (tp, broker_id))
+                    if online:
+                        states[replica] = online_state
+                    else:
+                        states[replica] = offline_state
+                        offline.append(replica)
+                        all_online = False
             if all_online:
-                online_topics.add(topic)
+                online_topics[topic] = None
             done_since_yield += len(parts)
         self._online_topics = online_topics
+        self._initially_offline = offline
+
+    def take_initially_offline(self) -> list[PartitionAndReplica]:
+        """The replicas not Online after `initialize` (the failover takes them offline), as a
+        scan of the states would find them: kept by `initialize` while nothing else changed."""
+        offline, self._initially_offline = self._initially_offline, None
+        if offline is None:
+            offline = [r for r, s in self.states.items() if s is not ReplicaState.ONLINE]
+        return offline
 
     async def resend_online(self, reported: ReplicaEpochs | None, chunk: int = INITIALIZE_CHUNK) -> tuple[int, int]:
         """Failover: OnlineReplica -> OnlineReplica for every online replica, i.e. a
@@ -149,7 +171,7 @@ class ReplicaStateMachine:
         states = self.states
         online = ReplicaState.ONLINE
         held_by_broker = reported if reported is not None else {}
-        online_topics, self._online_topics = self._online_topics, set()
+        online_topics, self._online_topics = self._online_topics, {}
         add = self.batch.add_leader_and_isr
         sent = skipped = done_since_yield = 0
         for topic, parts in list(self.ctx.assignments.items()):
@@ -159,7 +181,19 @@ class ReplicaStateMachine:
             done_since_yield += len(parts)
             # broker -> its reported epochs of this topic (None: none reported)
             held_of = {broker_id: held.get(topic) for broker_id, held in held_by_broker.items()}
-            every_replica_online = topic in online_topics
+            made = online_topics.get(topic, _NOT_ONLINE)
+            if (
+                made is not None
+                and made is not _NOT_ONLINE
+                and made.assignments is parts
+                and any(e is not None for e in held_of.values())
+            ):
+                topic_sent, topic_skipped = self._resend_online_topic(topic, parts, made, held_of)
+                if topic_sent >= 0:
+                    sent += topic_sent
+                    skipped += topic_skipped
+                    continue
+            every_replica_online = made is not _NOT_ONLINE
             for partition, assignment in parts.items():
                 tp = new(TopicPartition, (topic, partition))
                 partition_state = partition_states.get(tp)
@@ -181,6 +215,54 @@ class ReplicaStateMachine:
                     sent += 1
         return sent, skipped
 
+    def _resend_online_topic(
+        self,
+        topic: str,
+        parts: dict[int, ReplicaAssignment],
+        made: TopicReplicaKeys,
+        held_of: dict[int, Mapping[int, int] | None],
+    ) -> tuple[int, int]:
+        """`resend_online` for a topic whose every replica is Online, with the standby's keys
+        of it: per broker, one comparison of its reported epochs with the leader epochs, made
+        by C loops (map over the partitions it holds); the rule per replica only for a broker
+        that lacks some. Returns (-1, 0) when some partition has no state (the generic loop
+        skips those)."""
+        partition_states = self.ctx.partition_states
+        try:
+            states_in_order = list(map(partition_states.__getitem__, made.partitions))
+        except KeyError:
+            return -1, 0
+        # partition -> its leader epoch in ZooKeeper (`made` is in the order of `parts`)
+        leader_epochs = dict(zip(parts, map(_LEADER_EPOCH, states_in_order), strict=True))
+        sent = skipped = 0
+        new = tuple.__new__
+        add = self.batch.add_leader_and_isr
+        for broker_id, partitions in made.partitions_by_broker.items():
+            epochs = held_of.get(broker_id)
+            if epochs is not None:
+                try:
+                    held = map(epochs.__getitem__, partitions)
+                    if all(map(operator.ge, held, map(leader_epochs.__getitem__, partitions))):
+                        skipped += len(partitions)
+                        continue
+                except KeyError:
+                    pass  # some partition not reported: the rule per partition, below
+            for partition in partitions:
+                if epochs is not None:
+                    epoch = epochs.get(partition)
+                    if epoch is not None and epoch >= leader_epochs[partition]:
+                        skipped += 1
+                        continue
+                tp = new(TopicPartition, (topic, partition))
+                add([broker_id], tp, partition_states[tp], parts[partition], is_new=False)
+                sent += 1
+        return sent, skipped
+
+    def _forget_start_up(self) -> None:
+        """A state changed: what `initialize` remembered for the failover no longer holds."""
+        self._online_topics = {}
+        self._initially_offline = None
+
     def state(self, replica: PartitionAndReplica) -> ReplicaState:
         return self.states.get(replica, ReplicaState.NON_EXISTENT)
 
@@ -189,14 +271,14 @@ class ReplicaStateMachine:
         return {r for r, s in self.states.items() if r.tp.topic == topic and s in wanted}
 
     def remove(self, replicas: Iterable[PartitionAndReplica]) -> None:
-        self._online_topics = set()
+        self._forget_start_up()
         for replica in replicas:
             self.states.pop(replica, None)
 
     async def handle_state_changes(
         self, replicas: Iterable[PartitionAndReplica], target: ReplicaState
     ) -> ReplicaChangeResult:
-        self._online_topics = set()
+        self._forget_start_up()
         result = ReplicaChangeResult()
         valid: list[PartitionAndReplica] = []
         for replica in sorted_replicas(replicas):
@@ -248,7 +330,7 @@ class ReplicaStateMachine:
         by a reassignment and elected leader before it was registered as NewReplica, which a
         leader cannot become): tracked as Online, the state their broker holds them in, so
         that every later transition (offline, deletion) includes them."""
-        self._online_topics = set()
+        self._forget_start_up()
         for replica in replicas:
             if self.state(replica) is ReplicaState.NON_EXISTENT:
                 self.states[replica] = ReplicaState.ONLINE

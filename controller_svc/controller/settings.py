@@ -25,6 +25,9 @@ class ControllerSettings:
     # timeout gets every LeaderAndIsr, as Kafka sends them.
     failover_replica_epochs_enable: bool = True
     failover_replica_epochs_timeout_s: float = 3.0
+    # With the replica epochs, ask for each topic's metadata digest and send a broker only the
+    # UpdateMetadata of the topics where its cache differs (core/replica_epochs.topics_lacking).
+    failover_metadata_digests_enable: bool = True
     # While not active, keep a copy of topics, partition states and topic configs current and
     # take it over at failover after verifying it (adapters/zk/standby.py); off: load cold.
     standby_warm_enable: bool = True

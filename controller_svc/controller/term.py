@@ -38,7 +38,7 @@ from controller_svc.controller.settings import ControllerSettings
 from controller_svc.controller.topic_admin import TopicAdmin
 from controller_svc.controller.topic_deletion import TopicDeletionManager
 from controller_svc.core.context import ControllerContext, diff_brokers
-from controller_svc.core.replica_epochs import ReplicaEpochs, held_epochs
+from controller_svc.core.replica_epochs import MetadataDigests, ReplicaEpochs, held_epochs
 from kcontroller.v1 import broker_pb2
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,10 @@ class FailoverTimings:
     # LeaderAndIsr of the start-up: sent, and skipped because the broker held the epoch
     leader_and_isr_sent: int = 0
     leader_and_isr_skipped: int = 0
+    # UpdateMetadata's partition states, summed over brokers: sent, and left out because the
+    # broker's metadata digest of their topic matched
+    metadata_states_sent: int = 0
+    metadata_states_skipped: int = 0
     brokers_reported: tuple[int, ...] = ()
     replica_epochs_ms: float = 0.0
     # "warm": from the standby copy (warm_reread znodes re-read to verify it); "cold": read
@@ -225,13 +229,16 @@ class TermOfOffice:
             self.ctx.topics_to_be_deleted.update(pending_deletions & set(self.ctx.assignments))
         clock.mark("channels_and_managers")
         asked = time.monotonic()
-        reported = None
+        reported: ReplicaEpochs | None = None
+        digests: MetadataDigests | None = None
         if self.settings.failover_replica_epochs_enable:
             # The state machines' start-up (pure, CPU) runs while the brokers compose their answers.
-            reported = await self._replica_epochs(set(brokers), while_waiting=m.partitions.initialize_state_machines)
+            reported, digests = await self._replica_epochs(
+                set(brokers), while_waiting=m.partitions.initialize_state_machines
+            )
             clock.mark("replica_epochs_and_state_machines_init")
         replica_epochs_ms = (time.monotonic() - asked) * 1000
-        sent, skipped = await m.partitions.start_up(reported, clock.mark)
+        sends = await m.partitions.start_up(reported, clock.mark, digests)
         # The failover's steps each end in a batch; the gauges (full scans) once, after the last.
         await self.in_operation(m.reassignment.abandon(self.ctx.topics_to_be_deleted), refresh_metrics=False)
         # Kafka's fetchTopicDeletionsInProgress: topics with a replica on a dead broker or a
@@ -261,8 +268,10 @@ class TermOfOffice:
             load_ms=round((loaded - started) * 1000, 3),
             total_ms=round((time.monotonic() - started) * 1000, 3),
             live_brokers=tuple(sorted(brokers)),
-            leader_and_isr_sent=sent,
-            leader_and_isr_skipped=skipped,
+            leader_and_isr_sent=sends.leader_and_isr_sent,
+            leader_and_isr_skipped=sends.leader_and_isr_skipped,
+            metadata_states_sent=sends.metadata_states_sent,
+            metadata_states_skipped=sends.metadata_states_skipped,
             brokers_reported=tuple(sorted(reported or ())),
             replica_epochs_ms=round(replica_epochs_ms, 3),
             load_mode="cold" if isinstance(warm, str) else "warm",
@@ -273,10 +282,11 @@ class TermOfOffice:
 
     async def _replica_epochs(
         self, broker_ids: set[int], while_waiting: Callable[[], Awaitable[None]] | None = None
-    ) -> ReplicaEpochs:
+    ) -> tuple[ReplicaEpochs, MetadataDigests]:
         """DescribeReplicaEpochs to every live broker, first in its queue; the answers that
-        arrive within the timeout (core/replica_epochs.py says what they allow). A broker that
-        refuses, fails or is slow is left out: it gets every LeaderAndIsr. `while_waiting` runs
+        arrive within the timeout, and the metadata digests of those that sent them
+        (core/replica_epochs.py says what they allow). A broker that refuses, fails or is slow
+        is left out: it gets every LeaderAndIsr and every partition's UpdateMetadata. `while_waiting` runs
         once the questions are on their way; it must yield to the loop as it goes, so that
         answers arriving meanwhile are taken (at 1M partitions the state machines' start-up
         alone outlasted the timeout, which held the loop until the deadline had passed: every
@@ -288,7 +298,10 @@ class TermOfOffice:
         for broker_id in sorted(broker_ids):
             answer: asyncio.Future[Any] = loop.create_future()
             request = broker_pb2.DescribeReplicaEpochsRequest(
-                controller_id=self.id, controller_epoch=self.ctx.epoch, broker_epoch=self.ctx.broker_epoch(broker_id)
+                controller_id=self.id,
+                controller_epoch=self.ctx.epoch,
+                broker_epoch=self.ctx.broker_epoch(broker_id),
+                metadata_digests=self.settings.failover_metadata_digests_enable,
             )
             if self.channels.send(
                 broker_id,
@@ -305,6 +318,7 @@ class TermOfOffice:
         if answers:
             await asyncio.wait(answers.values(), timeout=max(0.0, deadline - loop.time()))
         reported: dict[int, dict[str, dict[int, int]]] = {}
+        digests: dict[int, dict[str, bytes]] = {}
         for broker_id, answer in sorted(answers.items()):
             if not answer.done():
                 log.warning(
@@ -324,8 +338,12 @@ class TermOfOffice:
                 )
                 continue
             reported[broker_id] = held_epochs(response.topics)
+            if self.settings.failover_metadata_digests_enable:
+                # An empty list from a broker with an empty cache, or one that does not know the
+                # field (then it gets every topic, as each digest is missing).
+                digests[broker_id] = {d.topic: d.digest for d in response.metadata_digests}
             await asyncio.sleep(0)  # 600k replicas per broker at 1M partitions
-        return reported
+        return reported, digests
 
     async def close(self) -> None:
         """KafkaController.onControllerResignation: every watch of the table, the per-broker and

@@ -43,22 +43,39 @@ def diff_brokers(known: dict[int, BrokerInfo], current: dict[int, BrokerInfo]) -
 
 @dataclass(frozen=True, slots=True)
 class TopicReplicaKeys:
-    """Every replica of a topic as the replica state machine keys it, and the brokers named."""
+    """Every replica of a topic as the replica state machine keys it, the brokers named, and
+    per broker the partitions it holds a replica of (a warm standby makes them while it waits,
+    for the failover's passes over 3M replicas at 1M partitions)."""
 
     assignments: dict[int, ReplicaAssignment]
     keys: tuple[PartitionAndReplica, ...]
     brokers: frozenset[int]
+    partitions: tuple[TopicPartition, ...] = ()  # in the order of `assignments`
+    partitions_by_broker: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 def topic_replica_keys(topic: str, assignments: dict[int, ReplicaAssignment]) -> TopicReplicaKeys:
     new = tuple.__new__  # the NamedTuples without their Python-level __new__
     keys: list[PartitionAndReplica] = []
-    brokers: set[int] = set()
+    partitions: list[TopicPartition] = []
+    by_broker: dict[int, list[int]] = {}
     for partition, assignment in assignments.items():
         tp = new(TopicPartition, (topic, partition))
-        brokers.update(assignment.replicas)
-        keys.extend(new(PartitionAndReplica, (tp, b)) for b in assignment.replicas)
-    return TopicReplicaKeys(assignments, tuple(keys), frozenset(brokers))
+        partitions.append(tp)
+        for b in assignment.replicas:
+            keys.append(new(PartitionAndReplica, (tp, b)))
+            held = by_broker.get(b)
+            if held is None:
+                by_broker[b] = [partition]
+            else:
+                held.append(partition)
+    return TopicReplicaKeys(
+        assignments,
+        tuple(keys),
+        frozenset(by_broker),
+        tuple(partitions),
+        {b: tuple(held) for b, held in by_broker.items()},
+    )
 
 
 @dataclass

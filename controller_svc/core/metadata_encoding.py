@@ -13,33 +13,21 @@ being deleted (what the encoding depends on beyond the two objects). Others are 
 
 from __future__ import annotations
 
+from controller_svc.common.metadata_digest import PARTITION_STATES_FIELD, as_field
 from controller_svc.common.model import LeaderIsrAndControllerEpoch, ReplicaAssignment, TopicPartition
 from kcontroller.v1 import broker_pb2, common_pb2
 
-# UpdateMetadataRequest.partition_states: its field number, wire type 2 (length-delimited).
-_FIELD = broker_pb2.UpdateMetadataRequest.DESCRIPTOR.fields_by_name["partition_states"].number
-_TAG = bytes([(_FIELD << 3) | 2])
 # LeaderAndIsr's partition states are joined from the same encoded fields (request_batch.py).
-if broker_pb2.LeaderAndIsrRequest.DESCRIPTOR.fields_by_name["partition_states"].number != _FIELD:
+if broker_pb2.LeaderAndIsrRequest.DESCRIPTOR.fields_by_name["partition_states"].number != PARTITION_STATES_FIELD:
     raise ImportError("LeaderAndIsrRequest.partition_states and UpdateMetadataRequest's must share a field number")
 
 # tp -> (state, assignment, encoded field): valid while both objects are the ones in the context.
 EncodedStates = dict[TopicPartition, tuple[LeaderIsrAndControllerEpoch, ReplicaAssignment, bytes]]
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def encode_field(message: common_pb2.PartitionState) -> bytes:
     """One element of UpdateMetadataRequest.partition_states, as it appears on the wire."""
-    data = message.SerializeToString()
-    return _TAG + _varint(len(data)) + data
+    return as_field(message.SerializeToString())
 
 
 def state_message(

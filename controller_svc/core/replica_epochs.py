@@ -20,6 +20,8 @@ from typing import Protocol
 
 # broker -> topic -> partition -> leader epoch held
 ReplicaEpochs = Mapping[int, Mapping[str, Mapping[int, int]]]
+# broker -> topic -> digest of its cached metadata of the topic (common/metadata_digest.py)
+MetadataDigests = Mapping[int, Mapping[str, bytes]]
 
 
 class TopicEpochs(Protocol):
@@ -52,3 +54,24 @@ def held_in_topic(held: Mapping[int, int] | None, partition: int, leader_epoch: 
         return False
     epoch = held.get(partition)
     return epoch is not None and epoch >= leader_epoch
+
+
+def topics_lacking(
+    topics: Iterable[str], controller_digests: Mapping[str, bytes], held: Mapping[str, bytes] | None
+) -> frozenset[str]:
+    """The failover's UpdateMetadata to one broker: the topics of `topics` whose cached metadata
+    the broker did not report with the controller's own digest (`held` None: no report, every
+    topic; a topic without a controller digest, e.g. one being deleted, is always sent).
+
+    Why skipping the others changes nothing, by the argument above: the broker answered after
+    adopting the new controller epoch, so its cache can since change only through this
+    controller; the controller's digest is over the very fields its UpdateMetadata would carry
+    for the topic, read from ZooKeeper under the new epoch; an UpdateMetadata replaces the
+    cached state of each partition it carries and touches no other. Equal digests mean equal
+    bytes, so the broker would replace each state with itself. What else an UpdateMetadata
+    brings (the live brokers, the controller's id, endpoint and epoch) still reaches every
+    broker, in an UpdateMetadata without those topics, before any LeaderAndIsr."""
+    topics = list(topics)
+    if held is None:
+        return frozenset(topics)
+    return frozenset(t for t in topics if (digest := controller_digests.get(t)) is None or held.get(t) != digest)

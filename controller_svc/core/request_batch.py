@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from controller_svc.common.errors import IllegalStateError
+from controller_svc.common.metadata_digest import topic_digest
 from controller_svc.common.model import (
     LEADER_DURING_DELETE,
     NO_LEADER,
@@ -159,6 +160,23 @@ def metadata_partition_fields(ctx: ControllerContext, partitions: Iterable[Topic
                 message.offline_replicas.extend(offline)
             result.append(encode_field(message))
     return result
+
+
+def metadata_topic_digests(ctx: ControllerContext, topics: Iterable[str]) -> dict[str, bytes]:
+    """Topic -> the digest of the partition states UpdateMetadata would carry for it now
+    (common/metadata_digest.py), for the topics of `topics` not being deleted (a deletion's
+    UpdateMetadata is always sent)."""
+    assignments = ctx.assignments
+    deleting = ctx.topics_to_be_deleted
+    new = tuple.__new__  # the NamedTuples without their Python-level __new__
+    digests: dict[str, bytes] = {}
+    for topic in topics:
+        parts = assignments.get(topic)
+        if not parts or topic in deleting:
+            continue
+        partitions = [new(TopicPartition, (topic, p)) for p in sorted(parts)]
+        digests[topic] = topic_digest(metadata_partition_fields(ctx, partitions))
+    return digests
 
 
 def _partition_state(

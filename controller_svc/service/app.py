@@ -107,6 +107,7 @@ async def run_controller(config: Config) -> int:
         debug_failover_hold_loop_s=config.int("debug.failover.hold.loop.ms") / 1000.0,
         failover_replica_epochs_enable=bool(config["failover.replica.epochs.enable"]),
         failover_replica_epochs_timeout_s=config.int("failover.replica.epochs.timeout.ms") / 1000.0,
+        failover_metadata_digests_enable=bool(config["failover.metadata.digests.enable"]),
         standby_warm_enable=bool(config["controller.standby.warm.enable"]),
         standby_refresh_interval_s=config.int("controller.standby.refresh.interval.ms") / 1000.0,
         debug_self_stop_dir=config.str("debug.self.stop.dir"),

@@ -16,6 +16,7 @@ from controller_svc.adapters.zk import codecs, paths
 from controller_svc.common.model import BrokerInfo, EndPoint, TopicPartition
 from controller_svc.controller import events as ev
 from controller_svc.controller.partition_manager import PartitionManager
+from kcontroller.v1 import common_pb2
 from tests.sim.cluster import SimCluster
 
 T0 = TopicPartition("t", 0)
@@ -384,11 +385,24 @@ async def _topic_t_online(cluster: SimCluster, partitions: int) -> list[TopicPar
 async def test_failover_sends_only_the_leader_and_isr_brokers_lack_and_repairs_what_they_missed() -> None:
     """Failover with DescribeReplicaEpochs (core/replica_epochs.py): a broker that missed the
     previous controller's LeaderAndIsr (one replica an epoch behind, one never received) gets
-    exactly those; every replica a broker already holds at ZooKeeper's epoch is skipped."""
+    exactly those; every replica a broker already holds at ZooKeeper's epoch is skipped. The
+    same for UpdateMetadata, per topic: a broker whose cache missed an ISR change of t gets
+    t's partition states again, and no broker gets those of u, which all of them hold."""
     cluster = SimCluster(brokers=3, auto_leader_rebalance_enable=False)
     completed = _failovers(cluster)
     try:
         tps = await _topic_t_online(cluster, 6)
+        await cluster.create_topic("u", {0: [1, 2, 3], 1: [2, 3, 1]})
+        u = [TopicPartition("u", 0), TopicPartition("u", 1)]
+
+        def cached_as_in_zookeeper(broker_id: int, tp: TopicPartition) -> bool:
+            cached, state = cluster.brokers[broker_id].state.metadata.get(tp), cluster.state_in_zookeeper(tp)
+            return (
+                cached is not None
+                and state is not None
+                and (cached.leader, cached.leader_epoch, tuple(cached.isr))
+                == (state.leader, state.leader_epoch, tuple(state.isr))
+            )
 
         def all_applied() -> bool:
             return all(
@@ -402,18 +416,32 @@ async def test_failover_sends_only_the_leader_and_isr_brokers_lack_and_repairs_w
             )
 
         await cluster.until(all_applied, what="every replica on its leader epoch")
+        await cluster.until(
+            lambda: all(cached_as_in_zookeeper(b, tp) for b in (1, 2, 3) for tp in [*tps, *u]),
+            what="every broker's metadata cache current",
+        )
         await cluster.start_controller(2)
-        # What a lost request leaves behind: broker 3 one epoch behind on t-1, without t-2.
+        # What lost requests leave behind: broker 3 one epoch behind on t-1, without t-2, and
+        # its metadata cache without the last ISR change of t-3.
         broker = cluster.brokers[3].state
         role = broker.roles[tps[1]]
         broker.roles[tps[1]] = role._replace(leader_epoch=role.leader_epoch - 1)
         del broker.roles[tps[2]]
+        stale = common_pb2.PartitionState()
+        stale.CopyFrom(broker.metadata[tps[3]])
+        del stale.isr[-1]
+        broker.metadata[tps[3]] = stale
         await cluster.stop_controller(1)
         await cluster.until(lambda: len(completed) == 2, what="controller 2's failover")
         failover = completed[-1]
         assert failover["brokers_reported"] == [1, 2, 3]
-        assert (failover["leader_and_isr_sent"], failover["leader_and_isr_skipped"]) == (2, 16)
+        assert (failover["leader_and_isr_sent"], failover["leader_and_isr_skipped"]) == (2, 22)
+        # t's six states to broker 3; u's two and t's six to nobody else.
+        assert (failover["metadata_states_sent"], failover["metadata_states_skipped"]) == (6, 18)
         await cluster.until(all_applied, what="broker 3 repaired")
+        await cluster.until(lambda: cached_as_in_zookeeper(3, tps[3]), what="broker 3's metadata cache repaired")
+        epoch = cluster.zk_epoch()
+        assert all(b.state.controller_epoch == epoch and b.state.controller_id == 2 for b in cluster.brokers.values())
         cluster.safety()
     finally:
         await cluster.stop_all()
@@ -447,9 +475,11 @@ async def test_failover_sends_every_leader_and_isr_to_a_broker_that_does_not_rep
         if enabled:
             assert failover["brokers_reported"] == [1, 3]
             assert (failover["leader_and_isr_sent"], failover["leader_and_isr_skipped"]) == (4, 8)
+            assert (failover["metadata_states_sent"], failover["metadata_states_skipped"]) == (4, 8)
         else:
             assert failover["brokers_reported"] == []
             assert (failover["leader_and_isr_sent"], failover["leader_and_isr_skipped"]) == (12, 0)
+            assert (failover["metadata_states_sent"], failover["metadata_states_skipped"]) == (12, 0)
         cluster.safety()
     finally:
         await cluster.stop_all()
@@ -509,6 +539,7 @@ async def test_a_broker_without_the_question_still_gets_its_requests_at_failover
         failover = completed[-1]
         assert failover["brokers_reported"] == [1, 3]
         assert (failover["leader_and_isr_sent"], failover["leader_and_isr_skipped"]) == (4, 8)
+        assert (failover["metadata_states_sent"], failover["metadata_states_skipped"]) == (4, 8)
         epoch = cluster.zk_epoch()
         await cluster.until(
             lambda: (
