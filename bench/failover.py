@@ -192,6 +192,8 @@ async def measure(
         replica_epochs_ms=completed_record.get("replica_epochs_ms"),
         leader_and_isr_sent=completed_record.get("leader_and_isr_sent"),
         leader_and_isr_skipped=completed_record.get("leader_and_isr_skipped"),
+        metadata_states_sent=completed_record.get("metadata_states_sent"),
+        metadata_states_skipped=completed_record.get("metadata_states_skipped"),
         load_mode=completed_record.get("load_mode"),
         warm_reread=completed_record.get("warm_reread"),
         cold_reason=completed_record.get("cold_reason"),
