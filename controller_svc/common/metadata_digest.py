@@ -37,9 +37,16 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
+# The tag and length of every state shorter than 128 bytes (nearly all of them).
+_SHORT_PREFIXES = [PARTITION_STATES_TAG + bytes([n]) for n in range(128)]
+
+
 def as_field(serialized_state: bytes) -> bytes:
     """A serialized PartitionState as one element of UpdateMetadataRequest.partition_states."""
-    return PARTITION_STATES_TAG + varint(len(serialized_state)) + serialized_state
+    n = len(serialized_state)
+    if n < 128:
+        return _SHORT_PREFIXES[n] + serialized_state
+    return PARTITION_STATES_TAG + varint(n) + serialized_state
 
 
 def topic_digest(fields_in_partition_order: Iterable[bytes]) -> bytes:

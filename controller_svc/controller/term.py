@@ -391,7 +391,9 @@ class TermOfOffice:
                 _answer(event, results)
             case ev.IsrChangeNotification():
                 changed = await m.notifications.process_isr_changes()
-                reassigning = [tp for tp in changed if tp in self.ctx.partitions_being_reassigned]
+                # Read once: a property (it used to be a full scan per changed partition).
+                being_reassigned = self.ctx.partitions_being_reassigned
+                reassigning = [tp for tp in changed if tp in being_reassigned]
                 if reassigning:
                     await self.in_operation(m.reassignment.on_isr_change(reassigning))
             case ev.LogDirEventNotification():

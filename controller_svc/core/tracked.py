@@ -32,55 +32,73 @@ K = TypeVar("K")
 
 
 class _DirtyTopics(dict[K, V], Generic[K, V]):
-    """A dict that remembers the topics of the keys written since `take_dirty`."""
+    """A dict that remembers, for each of its `CONSUMERS` readers, the topics of the keys
+    written since that reader's last `take_dirty`."""
 
-    __slots__ = ("all_dirty", "dirty")
+    __slots__ = ("_all_dirty", "_dirty", "writes")
+    CONSUMERS = 1
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.dirty: set[str] = set()
-        self.all_dirty = True
+        self._dirty: list[set[str]] = [set() for _ in range(self.CONSUMERS)]
+        self._all_dirty = [True] * self.CONSUMERS
+        # Counts every write: equal counts mean nothing was written in between.
+        self.writes = 0
 
     @staticmethod
     def _topic_of(key: Any) -> str:
         raise NotImplementedError
 
-    def take_dirty(self) -> tuple[bool, set[str]]:
-        """(everything changed, the topics written) since the last call."""
-        result = (self.all_dirty, self.dirty)
-        self.all_dirty, self.dirty = False, set()
+    def take_dirty(self, consumer: int = 0) -> tuple[bool, set[str]]:
+        """(everything changed, the topics written) since this consumer's last call."""
+        result = (self._all_dirty[consumer], self._dirty[consumer])
+        self._all_dirty[consumer], self._dirty[consumer] = False, set()
         return result
 
+    def _mark(self, key: Any) -> None:
+        self.writes += 1
+        topic = self._topic_of(key)
+        for dirty in self._dirty:
+            dirty.add(topic)
+
+    def _mark_all(self) -> None:
+        self.writes += 1
+        self._all_dirty = [True] * self.CONSUMERS
+
     def __setitem__(self, key: K, value: V) -> None:
-        self.dirty.add(self._topic_of(key))
+        self._mark(key)
         dict.__setitem__(self, key, value)
 
     def __delitem__(self, key: K) -> None:
-        self.dirty.add(self._topic_of(key))
+        self._mark(key)
         dict.__delitem__(self, key)
 
     def pop(self, key: K, default: Any = MISSING) -> Any:
-        self.dirty.add(self._topic_of(key))
+        self._mark(key)
         return dict.pop(self, key) if default is MISSING else dict.pop(self, key, default)
 
     def popitem(self) -> tuple[K, V]:
         key, value = dict.popitem(self)
-        self.dirty.add(self._topic_of(key))
+        self._mark(key)
         return key, value
 
     def setdefault(self, key: K, default: Any = None) -> Any:
-        self.dirty.add(self._topic_of(key))
+        self._mark(key)
         return dict.setdefault(self, key, default)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         # The bulk write of a load (1M partitions at once): dict's own update, and one recount
         # of everything next time, which a load needs anyway.
         dict.update(self, *args, **kwargs)
-        self.all_dirty = True
+        self._mark_all()
+
+    def __ior__(self, other: Any) -> _DirtyTopics[K, V]:  # type: ignore[override,misc]
+        self.update(other)
+        return self
 
     def clear(self) -> None:
         dict.clear(self)
-        self.all_dirty = True
+        self._mark_all()
 
 
 class TopicKeyed(_DirtyTopics[TopicPartition, V]):
@@ -92,9 +110,13 @@ class TopicKeyed(_DirtyTopics[TopicPartition, V]):
 
 class TopicAssignments(_DirtyTopics[str, dict[int, ReplicaAssignment]]):
     """Topic -> partition -> assignment. A write into a topic's own dict is not seen:
-    ControllerContext.set_assignment, the one place that does it, marks the topic itself."""
+    ControllerContext.set_assignment, the one place that does it, marks the topic itself.
+    Two readers: the imbalance count (IMBALANCE) and the index of reassignments (REASSIGNING)."""
 
     __slots__ = ()
+    CONSUMERS = 2
+    IMBALANCE = 0
+    REASSIGNING = 1
 
     @staticmethod
     def _topic_of(key: Any) -> str:
@@ -137,3 +159,15 @@ class CountedStates(ObservedDict[TopicPartition, V], Generic[V]):
 
     def _cleared(self) -> None:
         self.per_topic.clear()
+
+    def replace_all(self, entries: dict[TopicPartition, V]) -> None:
+        """Every entry at once (a failover's start-up: 1M partitions), by dict's own update and
+        one count of the `counted` ones, instead of a Python call per entry."""
+        dict.clear(self)
+        dict.update(self, entries)
+        per_topic: dict[str, int] = {}
+        counted = self.counted
+        for key, value in entries.items():
+            if value is counted:
+                per_topic[key[0]] = per_topic.get(key[0], 0) + 1
+        self.per_topic = per_topic

@@ -21,11 +21,13 @@ from controller_svc.adapters.channel_manager import ApiKind
 from controller_svc.adapters.zk import codecs, loads, paths
 from controller_svc.adapters.zk.standby import WarmLoad
 from controller_svc.common.errors import ErrorCode
+from controller_svc.common.metadata_digest import topic_digest
 from controller_svc.common.model import BrokerInfo, EndPoint, TopicPartition
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.common.tasks import cancel_and_wait, spawn
 from controller_svc.controller.controller import Controller, ControllerSettings
 from controller_svc.core.context import ControllerContext
+from controller_svc.core.metadata_encoding import encode_online
 from tests.sim.zk_model import SimZkClient, ZooKeeperModel
 
 
@@ -153,6 +155,7 @@ class SimCluster:
         self.delivery_delay: Callable[[], float] | None = None
         # Every warm takeover is compared with what a cold load would have read at that moment.
         self.warm_takeovers_checked = 0
+        self.warm_digests_checked = 0  # a standby's metadata digests compared at its takeovers
         self.warm_mismatches: list[str] = []
 
     def controllers_session(self, session: int) -> int | None:
@@ -216,7 +219,8 @@ class SimCluster:
             result = await take(ctx)
             if isinstance(result, WarmLoad):
                 self.warm_takeovers_checked += 1
-                problem = self.differs_from_zookeeper(ctx, election_zxid)
+                self.warm_digests_checked += len(ctx.metadata_digests_hint())
+                problem = self.differs_from_zookeeper(ctx, election_zxid) or _stale_digest(ctx)
                 if problem:
                     self.warm_mismatches.append(f"controller {controller.id}'s warm takeover: {problem}")
             return result
@@ -355,3 +359,20 @@ class SimCluster:
             replicas = self.replicas_in_zookeeper(TopicPartition(topic, partition))
             assert state.leader == -1 or state.leader in state.isr, (path, state)
             assert set(state.isr) <= set(replicas), (path, state, replicas)
+
+
+def _stale_digest(ctx: ControllerContext) -> str:
+    """A metadata digest the standby handed over that differs from one made now, without any
+    cache, from the states and assignments it handed over (what the failover's UpdateMetadata
+    would carry with every replica live)."""
+    for topic, (digest, brokers) in ctx.metadata_digests_hint().items():
+        parts = ctx.assignments[topic]
+        fields = [
+            encode_online(TopicPartition(topic, p), ctx.partition_states[TopicPartition(topic, p)], parts[p])
+            for p in sorted(parts)
+        ]
+        if topic_digest(fields) != digest:
+            return f"the standby's metadata digest of {topic} is stale"
+        if brokers != frozenset(b for a in parts.values() for b in a.replicas):
+            return f"the standby's brokers of {topic} {sorted(brokers)} are not the assignment's"
+    return ""

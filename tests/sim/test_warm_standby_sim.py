@@ -40,14 +40,21 @@ async def test_a_standby_that_read_none_of_the_changes_takes_over_with_what_zook
     """The standby re-reads nothing while standing by (an hour between refreshes), so every
     change after its first read is only marked: ISR shrinks written by leaders, a new topic
     and its partition states, a topic config. At takeover it re-reads exactly the marked
-    znodes and the context equals a cold load."""
+    znodes and the context equals a cold load. Its metadata digest of an unchanged topic (w)
+    is handed over and equals one made from the context (SimCluster checks every one)."""
     cluster = SimCluster(brokers=3, auto_leader_rebalance_enable=False, standby_refresh_interval_s=3600)
     completed = _failovers(cluster)
     try:
         tps = await _topic_t_online(cluster, 6)
+        await cluster.create_topic("w", {0: [3, 1], 1: [1, 2], 2: [2, 3]})
+        await cluster.until(
+            lambda: all(cluster.state_in_zookeeper(TopicPartition("w", p)) is not None for p in range(3)),
+            what="w online",
+        )
         standby = await _standby_ready(cluster, 2)
         assert standby.standby is not None
         copy = standby.standby
+        await cluster.until(lambda: "w" in copy._digests, what="the standby's digest of w")
         for tp in tps[:3]:
             await _shrink_isr(cluster, tp)
         await cluster.create_topic("u", {0: [1, 2], 1: [2, 3]})
@@ -67,6 +74,7 @@ async def test_a_standby_that_read_none_of_the_changes_takes_over_with_what_zook
         assert failover["load_mode"] == "warm", failover
         assert failover["warm_reread"] >= dirty
         assert cluster.warm_takeovers_checked == 1
+        assert cluster.warm_digests_checked >= 1  # w's at least; t's and u's were re-read
         assert cluster.differs_from_zookeeper(standby.context) == ""
         assert standby.context.topic_configs["t"] == {"a": "b"}
         # The active controller no longer hears the trees (each state it writes would come

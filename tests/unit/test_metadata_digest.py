@@ -152,3 +152,20 @@ def test_the_cache_digests_equal_a_fresh_computation_after_any_writes() -> None:
             assert cache.digests() == MetadataCache(plain).digests()
     assert cache.digests() == MetadataCache(plain).digests()
     assert set(cache.digests()) == {tp.topic for tp in plain}
+
+
+def test_a_standbys_digest_counts_only_while_nothing_was_written_and_its_brokers_are_live() -> None:
+    ctx, _broker = _cluster()
+    computed = metadata_topic_digests(ctx, ["a", "b", "c"])
+    ctx.hand_over_metadata_digests({"a": (b"standby-a", frozenset({1, 2, 3})), "b": (b"standby-b", frozenset({1, 4}))})
+    got = metadata_topic_digests(ctx, ["a", "b", "c"])
+    # b names dead broker 4: its digest would be of fields without offline replicas.
+    assert got == {**computed, "a": b"standby-a"}
+    ctx.topics_to_be_deleted.add("a")
+    assert "a" not in metadata_topic_digests(ctx, ["a", "b", "c"])
+    ctx.topics_to_be_deleted.discard("a")
+    ctx.partition_states[TopicPartition("c", 0)] = ctx.partition_states[TopicPartition("c", 0)]
+    assert metadata_topic_digests(ctx, ["a", "b", "c"]) == computed  # a write: the hint is gone
+    ctx.hand_over_metadata_digests({"a": (b"standby-a", frozenset({1, 2, 3}))})
+    ctx.set_assignment(TopicPartition("c", 2), ctx.assignments["c"][0])
+    assert metadata_topic_digests(ctx, ["a"]) == {"a": computed["a"]}

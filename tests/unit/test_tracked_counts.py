@@ -58,15 +58,22 @@ def test_a_context_built_from_plain_dicts_is_tracked() -> None:
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_imbalance_count_equals_a_full_recount_after_random_writes(seed: int) -> None:
+def test_imbalance_count_and_reassignments_equal_a_full_recount_after_random_writes(seed: int) -> None:
     rng = random.Random(seed)
     ctx = ControllerContext()
+
+    def reassigning() -> set[TopicPartition]:
+        pairs = [(t, p, a) for t, parts in ctx.assignments.items() for p, a in parts.items()]
+        return {TopicPartition(t, p) for t, p, a in pairs if a.is_being_reassigned}
+
     for _ in range(400):
         topic = rng.choice(TOPICS)
         tp = TopicPartition(topic, rng.randrange(6))
         action = rng.randrange(9)
         if action == 0:
-            ctx.set_assignment(tp, ReplicaAssignment(tuple(rng.sample([1, 2, 3, 4], 3))))
+            replicas = tuple(rng.sample([1, 2, 3, 4], 3))
+            adding = (5,) if rng.random() < 0.4 else ()
+            ctx.set_assignment(tp, ReplicaAssignment(replicas + adding, adding, replicas[:1] if adding else ()))
         elif action == 1:
             ctx.partition_states[tp] = _state(rng.randrange(1, 5))
         elif action == 2:
@@ -85,7 +92,10 @@ def test_imbalance_count_equals_a_full_recount_after_random_writes(seed: int) ->
             del ctx.partition_states[tp]
         if rng.random() < 0.3:
             assert ctx.preferred_replica_imbalance_count() == _recount_imbalance(ctx)
+        if rng.random() < 0.3:
+            assert ctx.partitions_being_reassigned == reassigning()
     assert ctx.preferred_replica_imbalance_count() == _recount_imbalance(ctx)
+    assert ctx.partitions_being_reassigned == reassigning()
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -136,7 +146,7 @@ def test_role_table_counts_equal_a_recount_after_random_writes(seed: int) -> Non
                 rng.choice(["leader", "follower", "stopped"]),
                 rng.choice([1, 2]),
                 tuple(rng.sample([1, 2, 3], rng.randrange(1, 4))),
-            )
+            )._replace(leader_epoch=rng.randrange(5))
         elif action == 2:
             state.roles.pop(tp, None)
         elif action == 3 and tp in state.roles:
@@ -151,6 +161,11 @@ def test_role_table_counts_equal_a_recount_after_random_writes(seed: int) -> Non
         assert state.under_replicated_led() == {
             tp for tp, r in state.roles.items() if r.role == "leader" and len(r.isr) < len(r.replicas)
         }
+        epochs: dict[str, dict[int, int]] = {}
+        for tp, r in state.roles.items():
+            if r.role in ("leader", "follower"):
+                epochs.setdefault(tp.topic, {})[tp.partition] = r.leader_epoch
+        assert state.role_epochs_by_topic() == epochs
 
 
 def test_under_replicated_led_leaves_out_partitions_on_a_failed_log_dir() -> None:

@@ -37,7 +37,8 @@ from controller_svc.adapters.zk import loads, paths
 from controller_svc.adapters.zk.client import TreeWatchArming, WatchCallback, WatchKind, ZnodeStat
 from controller_svc.common import gc_policy, metrics
 from controller_svc.common.errors import ControllerError, ZkUnimplementedError
-from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition
+from controller_svc.common.metadata_digest import topic_digest
+from controller_svc.common.model import LeaderIsrAndControllerEpoch, ReplicaAssignment, TopicPartition
 from controller_svc.common.tasks import cancel_and_wait, spawn
 from controller_svc.core.context import ControllerContext, TopicReplicaKeys, topic_replica_keys
 from controller_svc.core.metadata_encoding import EncodedStates, remember
@@ -134,6 +135,10 @@ class StandbyMetadata:
         self._encoded: EncodedStates = {}
         self._to_encode: set[TopicPartition] = set()
         self._replica_keys: dict[str, TopicReplicaKeys] = {}
+        # Per topic, the digest of its UpdateMetadata states made from `_encoded`, and the
+        # brokers it names (the failover's metadata digests, common/metadata_digest.py)
+        self._digests: dict[str, tuple[bytes, frozenset[int]]] = {}
+        self._to_digest: set[str] = set()
         self._ready_at = None
         metrics.STANDBY_READY.set(0)
 
@@ -282,6 +287,8 @@ class StandbyMetadata:
                     self._present.discard(topic)
                 else:
                     self._present.add(topic)
+                self._digests.pop(topic, None)
+                self._to_digest.add(topic)
                 if loaded is None:
                     # Gone or malformed: a cold load would not read its states either.
                     for tp in self._partitions_of(topic):
@@ -299,6 +306,8 @@ class StandbyMetadata:
             got_states = await self._zk.get_many(state_paths)
             read += len(states)
             for tp, path, got_state in zip(states, state_paths, got_states, strict=True):
+                self._digests.pop(tp.topic, None)
+                self._to_digest.add(tp.topic)
                 state = loads.decode_state_read(tp, path, got_state) if got_state is not None else None
                 if state is None or tp.topic not in self._topics:
                     self._states.pop(tp, None)
@@ -336,6 +345,42 @@ class StandbyMetadata:
                     else:
                         remember(self._encoded, tp, state, assignment)
             await asyncio.sleep(0)
+        await self._digest_pending()
+
+    async def _digest_pending(self) -> None:
+        """Once everything is encoded: the digests of the topics changed since, a slice of
+        partitions at a time. A topic with a partition lacking a state gets none (the takeover
+        computes it, as after a cold load)."""
+        while self._to_digest and not self._to_encode and self._following.is_set():
+            async with self._lock:
+                if not self._following.is_set() or self._to_encode:
+                    return
+                done = 0
+                while self._to_digest and done < ENCODE_SLICE * 5:
+                    topic = self._to_digest.pop()
+                    loaded = self._topics.get(topic)
+                    if loaded is None:
+                        continue
+                    done += len(loaded.assignments)
+                    made = self._topic_digest(topic, loaded.assignments)
+                    if made is not None:
+                        self._digests[topic] = made
+            await asyncio.sleep(0)
+
+    def _topic_digest(
+        self, topic: str, assignments: dict[int, ReplicaAssignment]
+    ) -> tuple[bytes, frozenset[int]] | None:
+        fields: list[bytes] = []
+        brokers: set[int] = set()
+        for partition in sorted(assignments):
+            tp = TopicPartition(topic, partition)
+            entry = self._encoded.get(tp)
+            assignment = assignments[partition]
+            if entry is None or entry[0] is not self._states.get(tp) or entry[1] is not assignment:
+                return None
+            fields.append(entry[2])
+            brokers.update(assignment.replicas)
+        return topic_digest(fields), frozenset(brokers)
 
     def _partitions_of(self, topic: str) -> list[TopicPartition]:
         loaded = self._topics.get(topic)
@@ -412,6 +457,8 @@ class StandbyMetadata:
         # Entries count only for the very state and assignment objects handed over above.
         ctx.encoded_partition_states.update(self._encoded)
         ctx.replica_keys_hint.update(self._replica_keys)
+        # Last: valid while nothing is written to the states and assignments handed over above.
+        ctx.hand_over_metadata_digests({t: d for t, d in self._digests.items() if t in self._topics})
         metrics.FAILOVER_LOADS.labels("warm").inc()
         return WarmLoad(
             reread=reread,
