@@ -124,11 +124,12 @@ async def run_broker(config: Config) -> int:
     await registration.ensure_top_level_paths()
     registration_task = spawn(register(), "broker-registration")
     isr_task = spawn(service.run_isr_maintenance(), "broker-isr-maintenance")
+    digests_task = spawn(service.run_metadata_digests(), "broker-metadata-digests")
     stop_wait = asyncio.ensure_future(stop.wait())
     await asyncio.wait([registration_task, stop_wait], return_when=asyncio.FIRST_COMPLETED)
     if registration_task.done() and registration_task.exception() is not None:
         log.error("broker %d: registration failed: %s", broker_id, registration_task.exception())
-        await cancel_and_wait(isr_task, monitor_task)
+        await cancel_and_wait(isr_task, digests_task, monitor_task)
         await zk.close()
         await server.stop(grace=0)
         return 1
@@ -150,7 +151,7 @@ async def run_broker(config: Config) -> int:
             ),
             state_log,
         )
-    await cancel_and_wait(registration_task, reregister_task, isr_task)
+    await cancel_and_wait(registration_task, reregister_task, isr_task, digests_task)
     try:
         await asyncio.wait_for(registration.deregister(), 5)
     except (ControllerError, TimeoutError) as e:

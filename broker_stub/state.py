@@ -91,12 +91,13 @@ class MetadataCache(ObservedDict[TopicPartition, common_pb2.PartitionState]):
     topics changed since the last question, not a serialization of the whole cache. The cached
     messages are never changed in place (a new UpdateMetadata replaces them)."""
 
-    __slots__ = ("_digests", "_fields")
+    __slots__ = ("_digests", "_fields", "_stale")
 
     def __init__(self, entries: dict[TopicPartition, common_pb2.PartitionState] | None = None) -> None:
         super().__init__()
         self._fields: dict[str, dict[int, bytes]] = {}  # topic -> partition -> field
         self._digests: dict[str, bytes] = {}  # topics unchanged since their digest was made
+        self._stale: set[str] = set()  # topics written since their digest was made
         for tp, state in (entries or {}).items():
             self[tp] = state
 
@@ -112,6 +113,7 @@ class MetadataCache(ObservedDict[TopicPartition, common_pb2.PartitionState]):
             fields = self._fields[topic] = {}
         fields[tp[1]] = as_field(state.SerializeToString())
         self._digests.pop(topic, None)
+        self._stale.add(topic)
 
     def _removed(self, tp: TopicPartition, _state: common_pb2.PartitionState) -> None:
         topic = tp[0]
@@ -121,18 +123,32 @@ class MetadataCache(ObservedDict[TopicPartition, common_pb2.PartitionState]):
             if not fields:
                 del self._fields[topic]
         self._digests.pop(topic, None)
+        self._stale.add(topic)
 
     def _cleared(self) -> None:
         self._fields.clear()
         self._digests.clear()
+        self._stale.clear()
+
+    @property
+    def stale_digests(self) -> int:
+        return len(self._stale)
+
+    def refresh_digests(self, max_partitions: int | None = None) -> None:
+        """Make the digests of topics written since theirs was made: all of them, or topics
+        until about `max_partitions` partitions were hashed (a background slice)."""
+        done = 0
+        while self._stale and (max_partitions is None or done < max_partitions):
+            topic = self._stale.pop()
+            fields = self._fields.get(topic)
+            if fields is not None:
+                self._digests[topic] = topic_digest([fields[p] for p in sorted(fields)])
+                done += len(fields)
 
     def digests(self) -> dict[str, bytes]:
         """Topic -> the digest of its cached partition states, for every topic cached."""
-        made = self._digests
-        for topic, fields in self._fields.items():
-            if topic not in made:
-                made[topic] = topic_digest([fields[p] for p in sorted(fields)])
-        return dict(made)
+        self.refresh_digests()
+        return dict(self._digests)
 
 
 @dataclass
@@ -193,9 +209,18 @@ class BrokerState:
         return self._roles().epochs_by_topic
 
     def metadata_digests(self) -> dict[str, bytes]:
+        return self._metadata().digests()
+
+    def _metadata(self) -> MetadataCache:
         if not isinstance(self.metadata, MetadataCache):  # replaced by a plain dict: indexed again
             self.metadata = MetadataCache(self.metadata)
-        return self.metadata.digests()
+        return self.metadata
+
+    def refresh_metadata_digests(self, max_partitions: int) -> bool:
+        """A slice of the digests written since they were made; True when some are left."""
+        cache = self._metadata()
+        cache.refresh_digests(max_partitions)
+        return cache.stale_digests > 0
 
     def _roles(self) -> RoleTable:
         if not isinstance(self.roles, RoleTable):  # replaced by a plain dict: indexed again

@@ -21,9 +21,18 @@ from controller_svc.controller.partition_state_machine import PartitionState, Pa
 from controller_svc.controller.replica_state_machine import INITIALIZE_CHUNK, ReplicaState, ReplicaStateMachine
 from controller_svc.core.context import ControllerContext
 from controller_svc.core.replica_epochs import MetadataDigests, ReplicaEpochs, topics_lacking
-from controller_svc.core.request_batch import RequestBatch, RequestSink, StopReplicaCallback, metadata_topic_digests
+from controller_svc.core.request_batch import (
+    RequestBatch,
+    RequestSink,
+    StopReplicaCallback,
+    metadata_partition_fields,
+    metadata_topic_digests,
+)
 
 log = logging.getLogger(__name__)
+
+# UpdateMetadata states encoded per slice ahead of a large batch's send (tens of ms).
+ENCODE_AHEAD_SLICE = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +81,7 @@ class PartitionManager:
         self.batch.new_batch()
         try:
             yield self.batch
+            await self._encode_ahead()
         except ControllerMovedError:
             self.batch.clear()
             raise
@@ -84,6 +94,19 @@ class PartitionManager:
         # The senders share this event loop: let them put the requests on the wire before
         # the next (possibly long, CPU-bound) step of the operation.
         for _ in range(3):
+            await asyncio.sleep(0)
+
+    async def _encode_ahead(self) -> None:
+        """Encode the batch's UpdateMetadata states into the context's cache in slices, yielding
+        between them, so that building the requests only joins bytes: a controlled shutdown at
+        1M partitions changed 600k states, whose encoding in the one step of `send` held the
+        loop for seconds. The requests are the same (the cache only remembers encodings)."""
+        pending = self.batch.update_metadata_partitions
+        if len(pending) < ENCODE_AHEAD_SLICE:
+            return
+        partitions = list(pending)
+        for start in range(0, len(partitions), ENCODE_AHEAD_SLICE):
+            metadata_partition_fields(self.ctx, partitions[start : start + ENCODE_AHEAD_SLICE])
             await asyncio.sleep(0)
 
     def update_metrics(self) -> None:

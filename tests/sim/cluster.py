@@ -105,6 +105,7 @@ class SimBroker:
         )
         self.running = False
         self._isr_task: asyncio.Task[None] | None = None
+        self._digests_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.zk.start()
@@ -114,18 +115,19 @@ class SimBroker:
         self.state.registered = True
         self.running = True
         self._isr_task = spawn(self.service.run_isr_maintenance(0.02), f"sim-broker-{self.broker_id}-isr")
+        self._digests_task = spawn(self.service.run_metadata_digests(0.5), f"sim-broker-{self.broker_id}-digests")
 
     async def stop(self) -> None:
         """The end of a SIGTERM (after its controlled shutdown): the session is closed, so the
         registration goes at once."""
         self.running = False
-        await cancel_and_wait(self._isr_task)
+        await cancel_and_wait(self._isr_task, self._digests_task)
         await self.zk.close()
 
     async def kill(self) -> None:
         """kill -9: the process is gone, its session ends (its registration goes)."""
         self.running = False
-        await cancel_and_wait(self._isr_task)
+        await cancel_and_wait(self._isr_task, self._digests_task)
         self.zk.end_silently()
 
     async def restart(self, cluster: SimCluster) -> None:

@@ -450,10 +450,22 @@ class StandbyMetadata:
                 ctx.topic_ids[topic] = loaded.topic_id
         ctx.malformed_topics.update(self._malformed)
         ctx.topic_configs.update((t, c) for t, c in self._configs.items() if t in self._topics)
-        assignments = ctx.assignments
-        ctx.partition_states.update(
-            (tp, state) for tp, state in self._states.items() if tp.partition in assignments.get(tp.topic, ())
-        )
+        # The states of the assigned partitions, per topic in C loops (a filter over 1M states
+        # was half a second of a takeover), over the keys made while waiting when they fit.
+        states = self._states
+        handed: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
+        for topic, parts in ctx.assignments.items():
+            keys = self._replica_keys.get(topic)
+            if keys is not None and keys.assignments is parts:
+                partitions: Sequence[TopicPartition] = keys.partitions
+            else:
+                partitions = [TopicPartition(topic, p) for p in parts]
+            found = list(map(states.get, partitions))
+            if None in found:
+                handed.update((tp, state) for tp, state in zip(partitions, found, strict=True) if state is not None)
+            else:
+                handed.update(zip(partitions, found, strict=True))  # type: ignore[arg-type]
+        ctx.partition_states.update(handed)
         # Entries count only for the very state and assignment objects handed over above.
         ctx.encoded_partition_states.update(self._encoded)
         ctx.replica_keys_hint.update(self._replica_keys)
