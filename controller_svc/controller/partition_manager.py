@@ -121,8 +121,10 @@ class PartitionManager:
         """The failover's start of both state machines from the context (CPU only, yielding to
         the loop between chunks): may run before `start_up`, e.g. while the brokers' replica
         epochs are awaited."""
-        await self.rsm.initialize()
+        # The partition state machine first: it reads the standby's keys, which the replica
+        # state machine's start-up then takes.
         await self.psm.initialize()
+        await self.rsm.initialize()
         self._state_machines_initialized = True
 
     async def start_up(

@@ -147,12 +147,18 @@ class PartitionStateMachine:
         states: dict[TopicPartition, PartitionState] = {}
         make = tuple.__new__  # the NamedTuple without its Python-level __new__
         done_since_yield = 0
+        # A warm standby's keys (left for the replica state machine, which starts after this).
+        hint = ctx.replica_keys_hint
         for topic, parts in list(ctx.assignments.items()):
             if done_since_yield >= chunk:
                 done_since_yield = 0
                 await asyncio.sleep(0)
             done_since_yield += len(parts)
-            tps = [make(TopicPartition, (topic, p)) for p in parts]
+            made = hint.get(topic)
+            if made is not None and made.assignments is parts:
+                tps: Sequence[TopicPartition] = made.partitions
+            else:
+                tps = [make(TopicPartition, (topic, p)) for p in parts]
             if simple:
                 # Per topic in C loops: every partition with a state whose leader is live.
                 found = list(map(partition_states.get, tps))

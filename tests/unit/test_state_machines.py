@@ -337,6 +337,50 @@ async def test_replica_start_up_with_a_standbys_keys_equals_the_start_up_without
         assert PartitionAndReplica(TopicPartition("t", 0), 4) in rsm.states
 
 
+@pytest.mark.parametrize("case", ["fresh", "replaced_dict", "dead_leader", "no_state"])
+async def test_partition_start_up_with_a_standbys_keys_equals_the_start_up_without(case: str) -> None:
+    """The partition state machine's start-up per topic (C loops, over the standby's keys when
+    they fit) gives the states and Offline counts of the per-partition rule."""
+    from controller_svc.common.model import LeaderIsrAndControllerEpoch, ReplicaAssignment
+    from controller_svc.core.context import topic_replica_keys
+
+    ctx = context((1, 2, 3, 4), {"t": {0: [1, 2, 3], 1: [2, 3, 4]}, "u": {0: [3, 1], 1: [1, 3]}})
+    for topic, parts in ctx.assignments.items():
+        for p, assignment in parts.items():
+            ctx.partition_states[TopicPartition(topic, p)] = LeaderIsrAndControllerEpoch(
+                assignment.replicas[0], 1, assignment.replicas, 0, 1
+            )
+    hint = {t: topic_replica_keys(t, parts) for t, parts in ctx.assignments.items()}
+    if case == "replaced_dict":
+        ctx.assignments["t"] = {p: ReplicaAssignment(r) for p, r in enumerate([(4, 1), (2, 3, 4), (1,)])}
+    if case == "dead_leader":
+        del ctx.live_brokers[3]
+    if case == "no_state":
+        del ctx.partition_states[TopicPartition("u", 1)]
+    psm = PartitionStateMachine(ctx, FakePartitionStore(), RequestBatch(9, ctx), null_log(), 9, lambda: False)
+    await psm.initialize()
+    expected = dict(psm.states)
+    counts = dict(psm.states.per_topic)
+    ctx.replica_keys_hint = dict(hint)
+    await psm.initialize()
+    assert dict(psm.states) == expected and dict(psm.states.per_topic) == counts
+    assert ctx.replica_keys_hint == hint  # left for the replica state machine
+    rule = {
+        TopicPartition(t, p): (
+            PartitionState.NEW
+            if (state := ctx.partition_states.get(TopicPartition(t, p))) is None
+            else PartitionState.ONLINE
+            if state.leader in ctx.live_brokers
+            else PartitionState.OFFLINE
+        )
+        for t, parts in ctx.assignments.items()
+        for p in parts
+    }
+    assert expected == rule
+    if case == "dead_leader":
+        assert counts == {"u": 1}
+
+
 class StoreRefusingOneWrite(FakePartitionStore):
     """The n-th update (one election slice) is refused by ZooKeeper (NoAuth) after the others
     were sent; each update waits a few loop steps, so the slices are in flight together."""
