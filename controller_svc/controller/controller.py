@@ -35,6 +35,7 @@ from controller_svc.common.tasks import cancel_and_wait, spawn
 from controller_svc.controller import events as ev
 from controller_svc.controller.endpoints import ClusterDescription, describe_cluster, read_endpoint, register_endpoint
 from controller_svc.controller.ports import ControllerStore
+from controller_svc.controller.replica_state_machine import ReplicaState
 from controller_svc.controller.settings import ControllerSettings
 from controller_svc.controller.term import TermOfOffice
 from controller_svc.core.context import ControllerContext
@@ -77,7 +78,9 @@ class Controller:
         self._endpoint_task: asyncio.Task[None] | None = None
         # The metadata copy kept while standing by, taken over at failover (None: load cold).
         self.standby = (
-            StandbyMetadata(zk, settings.standby_refresh_interval_s, self.id) if settings.standby_warm_enable else None
+            StandbyMetadata(zk, settings.standby_refresh_interval_s, self.id, online_replica=ReplicaState.ONLINE)
+            if settings.standby_warm_enable
+            else None
         )
         # Called when this controller becomes active / resigns (e.g. gRPC health status).
         self.on_role_change: Callable[[bool], None] | None = None

@@ -103,8 +103,6 @@ class ReplicaStateMachine:
         the loop every `chunk` partitions: at 1M it is seconds of CPU, and it runs while the
         brokers' answers to DescribeReplicaEpochs arrive, which must be taken in meanwhile."""
         ctx = self.ctx
-        states = self.states
-        states.clear()
         online_topics: dict[str, TopicReplicaKeys | None] = {}
         offline: list[PartitionAndReplica] = []
         self._online_topics = {}
@@ -119,6 +117,16 @@ class ReplicaStateMachine:
         # A warm standby made the keys while it waited: a topic whose replicas are all live
         # needs no loop (the hint counts only for the very per-topic dict it was made from).
         hint, ctx.replica_keys_hint = ctx.replica_keys_hint, {}
+        # And the states of every hinted replica, Online, built while it waited (3M at 1M
+        # partitions): adopted, and corrected below for each topic whose hint does not count.
+        ready, ctx.replica_states_hint = ctx.replica_states_hint, None
+        if simple and ready is not None and ready[1] <= hint.keys():
+            states = self.states = ready[0]
+            unused = set(ready[1])  # topics whose keys are in `states`, not yet accounted for
+        else:
+            states = self.states
+            states.clear()
+            unused = set()
         live_ids = live.keys()
         done_since_yield = 0
         # A snapshot of the topics: the loop yields, and the dict must not change under it
@@ -129,10 +137,17 @@ class ReplicaStateMachine:
                 await asyncio.sleep(0)
             made = hint.get(topic)
             if simple and made is not None and made.assignments is parts and made.brokers <= live_ids:
-                states.update(zip(made.keys, itertools.repeat(online_state)))
+                if topic in unused:
+                    unused.discard(topic)  # its states are in `ready` already
+                else:
+                    states.update(zip(made.keys, itertools.repeat(online_state)))
                 online_topics[topic] = made
                 done_since_yield += len(parts)
                 continue
+            if made is not None and topic in unused:
+                unused.discard(topic)
+                for key in made.keys:  # in `ready`, but not as this topic's states now
+                    states.pop(key, None)
             all_online = True
             for partition, assignment in parts.items():
                 tp = new(TopicPartition, (topic, partition))
@@ -148,6 +163,10 @@ class ReplicaStateMachine:
             if all_online:
                 online_topics[topic] = None
             done_since_yield += len(parts)
+        for topic in unused:  # in `ready`, no longer assigned
+            made = hint.get(topic)
+            for key in made.keys if made is not None else ():
+                states.pop(key, None)
         self._online_topics = online_topics
         self._initially_offline = offline
 

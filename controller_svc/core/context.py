@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from controller_svc.common.model import (
     BrokerInfo,
@@ -105,6 +106,9 @@ class ControllerContext:
     # topic, the replica keys of its assignments and the brokers they name, made from the very
     # per-topic dict now in `assignments` (valid while that object is there unchanged).
     replica_keys_hint: dict[str, TopicReplicaKeys] = field(default_factory=dict)
+    # From a warm standby with the hint above: the keys of these topics' hints -> the replica
+    # state machine's online value, built while it waited; the machine adopts the dict.
+    replica_states_hint: tuple[dict[PartitionAndReplica, Any], frozenset[str]] | None = None
     # From a warm standby: per topic, the digest of its UpdateMetadata states (made from its
     # cached encodings, every replica live) and the brokers it names; valid while no partition
     # state or assignment has been written since the hand-over (`metadata_digests_hint`).
@@ -264,6 +268,7 @@ class ControllerContext:
         self.topic_configs.pop(topic, None)
         self.topic_ids.pop(topic, None)
         self.replica_keys_hint.pop(topic, None)
+        self.replica_states_hint = None
         self.topics_to_be_deleted.discard(topic)
         self.topics_ineligible_for_deletion.discard(topic)
 
@@ -326,6 +331,7 @@ class ControllerContext:
         self.known_broker_ids.clear()
         self.encoded_partition_states.clear()
         self.replica_keys_hint.clear()
+        self.replica_states_hint = None
         self._metadata_digests_hint = {}
         self._imbalance_per_topic.clear()
         self._reassigning_per_topic.clear()

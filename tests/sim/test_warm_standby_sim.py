@@ -11,8 +11,9 @@ import json
 from broker_stub.isr import change_isr
 from controller_svc.adapters.zk import paths
 from controller_svc.common.errors import ErrorCode, ZkUnimplementedError
-from controller_svc.common.model import TopicPartition
+from controller_svc.common.model import PartitionAndReplica, TopicPartition
 from controller_svc.controller.controller import Controller
+from controller_svc.controller.replica_state_machine import ReplicaState
 from controller_svc.core.context import ControllerContext
 from tests.sim.cluster import SimCluster
 from tests.sim.test_failover_windows_sim import _failovers, _topic_t_online
@@ -75,6 +76,18 @@ async def test_a_standby_that_read_none_of_the_changes_takes_over_with_what_zook
         assert failover["warm_reread"] >= dirty
         assert cluster.warm_takeovers_checked == 1
         assert cluster.warm_digests_checked >= 1  # w's at least; t's and u's were re-read
+        # The replica states the standby built while it waited (u's at the takeover's re-read)
+        # were adopted: exactly every assigned replica, Online.
+        assert standby.term is not None
+        rsm = standby.term.managers.partitions.rsm
+        assigned = {
+            PartitionAndReplica(TopicPartition(t, p), r)
+            for t, parts in standby.context.assignments.items()
+            for p, a in parts.items()
+            for r in a.replicas
+        }
+        assert set(rsm.states) == assigned
+        assert all(state is ReplicaState.ONLINE for state in rsm.states.values())
         assert cluster.differs_from_zookeeper(standby.context) == ""
         assert standby.context.topic_configs["t"] == {"a": "b"}
         # The active controller no longer hears the trees (each state it writes would come

@@ -331,6 +331,15 @@ async def test_replica_start_up_with_a_standbys_keys_equals_the_start_up_without
     await rsm.initialize()
     assert list(rsm.states.items()) == expected
     assert ctx.replica_keys_hint == {}
+    # With the states the standby built (every hinted replica Online, a topic since deleted
+    # among them): adopted and corrected, the same states (in another order).
+    gone = topic_replica_keys("gone", {0: ReplicaAssignment((1, 2))})
+    ctx.replica_keys_hint = {**hint, "gone": gone}
+    ready = dict.fromkeys([k for made in ctx.replica_keys_hint.values() for k in made.keys], ReplicaState.ONLINE)
+    ctx.replica_states_hint = (ready, frozenset(ctx.replica_keys_hint))
+    await rsm.initialize()
+    assert rsm.states is ready and dict(rsm.states) == dict(expected)
+    assert ctx.replica_states_hint is None
     if case == "dead_broker":
         assert rsm.states[PartitionAndReplica(TopicPartition("t", 1), 4)] is ReplicaState.DELETION_INELIGIBLE
     if case == "replaced_dict":

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -38,7 +39,12 @@ from controller_svc.adapters.zk.client import TreeWatchArming, WatchCallback, Wa
 from controller_svc.common import gc_policy, metrics
 from controller_svc.common.errors import ControllerError, ZkUnimplementedError
 from controller_svc.common.metadata_digest import topic_digest
-from controller_svc.common.model import LeaderIsrAndControllerEpoch, ReplicaAssignment, TopicPartition
+from controller_svc.common.model import (
+    LeaderIsrAndControllerEpoch,
+    PartitionAndReplica,
+    ReplicaAssignment,
+    TopicPartition,
+)
 from controller_svc.common.tasks import cancel_and_wait, spawn
 from controller_svc.core.context import ControllerContext, TopicReplicaKeys, topic_replica_keys
 from controller_svc.core.metadata_encoding import EncodedStates, remember
@@ -100,8 +106,13 @@ class StandbyMetadata:
     """Owned by the Controller; runs while the controller is not active (`follow`), is emptied
     into the context by `take` at takeover."""
 
-    def __init__(self, zk: StandbyZk, refresh_interval_s: float = 0.1, controller_id: int = -1) -> None:
+    def __init__(
+        self, zk: StandbyZk, refresh_interval_s: float = 0.1, controller_id: int = -1, online_replica: object = None
+    ) -> None:
         self._zk = zk
+        # The replica state machine's value for an online replica: with it, the standby keeps
+        # that machine's start-up states ready (every replica online), see `_set_replica_keys`.
+        self._online_replica = online_replica
         self._refresh_interval_s = refresh_interval_s
         self._id = controller_id
         self._lock = asyncio.Lock()
@@ -135,6 +146,9 @@ class StandbyMetadata:
         self._encoded: EncodedStates = {}
         self._to_encode: set[TopicPartition] = set()
         self._replica_keys: dict[str, TopicReplicaKeys] = {}
+        # Every key of `_replica_keys` -> the online value (a new dict: a handed-over one is the
+        # replica state machine's now)
+        self._replica_states: dict[PartitionAndReplica, object] = {}
         # Per topic, the digest of its UpdateMetadata states made from `_encoded`, and the
         # brokers it names (the failover's metadata digests, common/metadata_digest.py)
         self._digests: dict[str, tuple[bytes, frozenset[int]]] = {}
@@ -295,10 +309,10 @@ class StandbyMetadata:
                         self._states.pop(tp, None)
                         self._encoded.pop(tp, None)
                     self._topics.pop(topic, None)
-                    self._replica_keys.pop(topic, None)
+                    self._set_replica_keys(topic, None)
                     continue
                 self._topics[topic] = loaded
-                self._replica_keys[topic] = topic_replica_keys(topic, loaded.assignments)
+                self._set_replica_keys(topic, topic_replica_keys(topic, loaded.assignments))
                 self._dirty_states.update(TopicPartition(topic, p) for p in loaded.assignments)
         states, self._dirty_states = list(self._dirty_states), set()
         if states:
@@ -381,6 +395,23 @@ class StandbyMetadata:
             fields.append(entry[2])
             brokers.update(assignment.replicas)
         return topic_digest(fields), frozenset(brokers)
+
+    def _set_replica_keys(self, topic: str, keys: TopicReplicaKeys | None) -> None:
+        """A topic's replica keys, and their entries in the replica states kept ready: at 1M
+        partitions, building the replica state machine's 3M states at takeover was the largest
+        part of its start-up."""
+        old = self._replica_keys.pop(topic, None)
+        if self._online_replica is None:
+            if keys is not None:
+                self._replica_keys[topic] = keys
+            return
+        states = self._replica_states
+        if old is not None:
+            for key in old.keys:
+                states.pop(key, None)
+        if keys is not None:
+            self._replica_keys[topic] = keys
+            states.update(zip(keys.keys, itertools.repeat(self._online_replica)))
 
     def _partitions_of(self, topic: str) -> list[TopicPartition]:
         loaded = self._topics.get(topic)
@@ -469,6 +500,9 @@ class StandbyMetadata:
         # Entries count only for the very state and assignment objects handed over above.
         ctx.encoded_partition_states.update(self._encoded)
         ctx.replica_keys_hint.update(self._replica_keys)
+        if self._online_replica is not None:
+            # `_reset` below makes a new dict: this one is the replica state machine's now.
+            ctx.replica_states_hint = (self._replica_states, frozenset(self._replica_keys))
         # Last: valid while nothing is written to the states and assignments handed over above.
         ctx.hand_over_metadata_digests({t: d for t, d in self._digests.items() if t in self._topics})
         metrics.FAILOVER_LOADS.labels("warm").inc()
