@@ -222,7 +222,7 @@ class SimCluster:
             if isinstance(result, WarmLoad):
                 self.warm_takeovers_checked += 1
                 self.warm_digests_checked += len(ctx.metadata_digests_hint())
-                problem = self.differs_from_zookeeper(ctx, election_zxid) or _stale_digest(ctx)
+                problem = self.differs_from_zookeeper(ctx, election_zxid) or _stale_hints(ctx)
                 if problem:
                     self.warm_mismatches.append(f"controller {controller.id}'s warm takeover: {problem}")
             return result
@@ -363,10 +363,11 @@ class SimCluster:
             assert set(state.isr) <= set(replicas), (path, state, replicas)
 
 
-def _stale_digest(ctx: ControllerContext) -> str:
+def _stale_hints(ctx: ControllerContext) -> str:
     """A metadata digest the standby handed over that differs from one made now, without any
     cache, from the states and assignments it handed over (what the failover's UpdateMetadata
-    would carry with every replica live)."""
+    would carry with every replica live), or an imbalance count from its hand-over that
+    differs from a recount."""
     for topic, (digest, brokers) in ctx.metadata_digests_hint().items():
         parts = ctx.assignments[topic]
         fields = [
@@ -377,4 +378,16 @@ def _stale_digest(ctx: ControllerContext) -> str:
             return f"the standby's metadata digest of {topic} is stale"
         if brokers != frozenset(b for a in parts.values() for b in a.replicas):
             return f"the standby's brokers of {topic} {sorted(brokers)} are not the assignment's"
+    recount = sum(
+        1
+        for t, parts in ctx.assignments.items()
+        if t not in ctx.topics_to_be_deleted
+        for p, a in parts.items()
+        if (state := ctx.partition_states.get(TopicPartition(t, p))) is not None
+        and a.replicas
+        and state.leader != a.replicas[0]
+    )
+    counted = ctx.preferred_replica_imbalance_count()  # from the standby's counts where they hold
+    if counted != recount:
+        return f"the imbalance gauge counts {counted} after the standby's hand-over, a recount {recount}"
     return ""

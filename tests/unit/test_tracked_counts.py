@@ -49,6 +49,20 @@ def test_imbalance_counts_only_non_preferred_leaders_of_topics_not_being_deleted
     assert ctx.preferred_replica_imbalance_count() == 0
 
 
+def test_imbalance_from_a_standbys_hand_over_then_recounted_where_written() -> None:
+    ctx = ControllerContext()
+    for topic in ("a", "b", "c"):
+        for p in range(3):
+            ctx.set_assignment(TopicPartition(topic, p), ReplicaAssignment((1, 2, 3)))
+            ctx.partition_states[TopicPartition(topic, p)] = _state(2 if p == 0 else 1)
+    # The standby counted a and b (b wrongly, to show its count is what is used); c it did not.
+    ctx.hand_over_imbalance({"a": 1, "b": 3})
+    assert ctx.preferred_replica_imbalance_count() == 1 + 3 + 1
+    ctx.partition_states[TopicPartition("b", 1)] = _state(1)  # written: b is recounted
+    assert ctx.preferred_replica_imbalance_count() == 1 + 1 + 1
+    assert ctx.preferred_replica_imbalance_count() == _recount_imbalance(ctx)
+
+
 def test_a_context_built_from_plain_dicts_is_tracked() -> None:
     tp = TopicPartition("a", 0)
     ctx = ControllerContext(assignments={"a": {0: ReplicaAssignment((1, 2))}}, partition_states={tp: _state(2)})

@@ -152,6 +152,9 @@ class StandbyMetadata:
         # Per topic, the digest of its UpdateMetadata states made from `_encoded`, and the
         # brokers it names (the failover's metadata digests, common/metadata_digest.py)
         self._digests: dict[str, tuple[bytes, frozenset[int]]] = {}
+        # Per topic with a digest: its partitions led by other than the preferred replica (the
+        # imbalance gauge's count, ControllerContext.hand_over_imbalance)
+        self._imbalance: dict[str, int] = {}
         self._to_digest: set[str] = set()
         self._ready_at = None
         metrics.STANDBY_READY.set(0)
@@ -301,8 +304,7 @@ class StandbyMetadata:
                     self._present.discard(topic)
                 else:
                     self._present.add(topic)
-                self._digests.pop(topic, None)
-                self._to_digest.add(topic)
+                self._forget_digest(topic)
                 if loaded is None:
                     # Gone or malformed: a cold load would not read its states either.
                     for tp in self._partitions_of(topic):
@@ -320,8 +322,7 @@ class StandbyMetadata:
             got_states = await self._zk.get_many(state_paths)
             read += len(states)
             for tp, path, got_state in zip(states, state_paths, got_states, strict=True):
-                self._digests.pop(tp.topic, None)
-                self._to_digest.add(tp.topic)
+                self._forget_digest(tp.topic)
                 state = loads.decode_state_read(tp, path, got_state) if got_state is not None else None
                 if state is None or tp.topic not in self._topics:
                     self._states.pop(tp, None)
@@ -378,14 +379,22 @@ class StandbyMetadata:
                     done += len(loaded.assignments)
                     made = self._topic_digest(topic, loaded.assignments)
                     if made is not None:
-                        self._digests[topic] = made
+                        self._digests[topic] = made[0], made[1]
+                        self._imbalance[topic] = made[2]
             await asyncio.sleep(0)
+
+    def _forget_digest(self, topic: str) -> None:
+        self._digests.pop(topic, None)
+        self._imbalance.pop(topic, None)
+        self._to_digest.add(topic)
 
     def _topic_digest(
         self, topic: str, assignments: dict[int, ReplicaAssignment]
-    ) -> tuple[bytes, frozenset[int]] | None:
+    ) -> tuple[bytes, frozenset[int], int] | None:
+        """(metadata digest, brokers named, partitions not led by the preferred replica)."""
         fields: list[bytes] = []
         brokers: set[int] = set()
+        imbalance = 0
         for partition in sorted(assignments):
             tp = TopicPartition(topic, partition)
             entry = self._encoded.get(tp)
@@ -394,7 +403,9 @@ class StandbyMetadata:
                 return None
             fields.append(entry[2])
             brokers.update(assignment.replicas)
-        return topic_digest(fields), frozenset(brokers)
+            if assignment.replicas and entry[0].leader != assignment.replicas[0]:
+                imbalance += 1
+        return topic_digest(fields), frozenset(brokers), imbalance
 
     def _set_replica_keys(self, topic: str, keys: TopicReplicaKeys | None) -> None:
         """A topic's replica keys, and their entries in the replica states kept ready: at 1M
@@ -503,6 +514,7 @@ class StandbyMetadata:
         if self._online_replica is not None:
             # `_reset` below makes a new dict: this one is the replica state machine's now.
             ctx.replica_states_hint = (self._replica_states, frozenset(self._replica_keys))
+        ctx.hand_over_imbalance({t: c for t, c in self._imbalance.items() if t in self._topics})
         # Last: valid while nothing is written to the states and assignments handed over above.
         ctx.hand_over_metadata_digests({t: d for t, d in self._digests.items() if t in self._topics})
         metrics.FAILOVER_LOADS.labels("warm").inc()
