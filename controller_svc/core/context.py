@@ -102,6 +102,11 @@ class ControllerContext:
     # UpdateMetadata's encoded partition states (core/metadata_encoding.py): a cache, never a
     # source of truth; an entry counts only while its state and assignment are the ones above.
     encoded_partition_states: EncodedStates = field(default_factory=dict)
+    # The same for partitions with offline replicas: (state, assignment, offline replicas as
+    # encoded, field), valid for those very objects and that list.
+    encoded_offline_partition_states: dict[
+        TopicPartition, tuple[LeaderIsrAndControllerEpoch, ReplicaAssignment, list[int], bytes]
+    ] = field(default_factory=dict)
     # From a warm standby, for the replica state machine's start-up only (then dropped): per
     # topic, the replica keys of its assignments and the brokers they name, made from the very
     # per-topic dict now in `assignments` (valid while that object is there unchanged).
@@ -275,6 +280,7 @@ class ControllerContext:
             self.partition_states.pop(tp, None)
             # The encoding cache would otherwise keep every deleted topic's partitions.
             self.encoded_partition_states.pop(tp, None)
+            self.encoded_offline_partition_states.pop(tp, None)
             for offline in self.replicas_on_offline_dirs.values():
                 offline.discard(tp)
         self.assignments.pop(topic, None)
@@ -344,6 +350,7 @@ class ControllerContext:
         self.malformed_topics.clear()
         self.known_broker_ids.clear()
         self.encoded_partition_states.clear()
+        self.encoded_offline_partition_states.clear()
         self.replica_keys_hint.clear()
         self.replica_states_hint = None
         self._metadata_digests_hint = {}

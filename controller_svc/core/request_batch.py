@@ -123,6 +123,7 @@ def metadata_partition_fields(ctx: ControllerContext, partitions: Iterable[Topic
     states = ctx.partition_states
     assignments = ctx.assignments
     cache = ctx.encoded_partition_states
+    offline_cache = ctx.encoded_offline_partition_states
     make = common_pb2.PartitionState
     result: list[bytes] = []
     for tp in partitions:
@@ -156,11 +157,22 @@ def metadata_partition_fields(ctx: ControllerContext, partitions: Iterable[Topic
                 )
             )
         else:
+            # A partition with offline replicas (a dead broker's 600k at 1M partitions) is kept
+            # too, with its offline replicas: encoded once, not at every batch while it lasts.
+            cacheable = assignment is not None and topic not in deleting and bool(offline)
+            if cacheable:
+                entry = offline_cache.get(tp)
+                if entry is not None and entry[0] is state and entry[1] is assignment and entry[2] == offline:
+                    result.append(entry[3])
+                    continue
             # No empty offline list: upb builds these several times faster.
             message = state_message(tp, state, replicas, LEADER_DURING_DELETE if topic in deleting else state.leader)
             if offline:
                 message.offline_replicas.extend(offline)
-            result.append(encode_field(message))
+            encoded = encode_field(message)
+            if cacheable and assignment is not None:
+                offline_cache[tp] = (state, assignment, offline, encoded)
+            result.append(encoded)
     return result
 
 

@@ -1,7 +1,8 @@
 """UpdateMetadata's partition states encoded once and kept (core/metadata_encoding.py): the
 joined fields parse as the messages built each time would; an entry is used only for the very
 state and assignment objects it was made from; partitions whose encoding depends on more (an
-offline replica, a topic being deleted, no state yet) are never taken from the cache."""
+topic being deleted, no state yet) are never taken from the cache; one with offline replicas
+is kept apart, valid for that list of offline replicas."""
 
 from __future__ import annotations
 
@@ -39,8 +40,26 @@ def test_the_joined_fields_parse_as_the_partition_states() -> None:
     assert list(got[("t", 1)].offline_replicas) == [4]  # broker 4 is not live
     assert got[("t", 2)].leader == -1 and got[("t", 2)].leader_epoch == -1  # no state yet
     assert got[("gone", 0)].leader == -2  # being deleted
-    # Only the common case is kept: t-0.
+    # Only the common case is kept: t-0; and t-1 apart, with its offline replica.
     assert set(ctx.encoded_partition_states) == {T0}
+    assert set(ctx.encoded_offline_partition_states) == {T1}
+
+
+def test_an_offline_entry_is_used_only_while_the_same_replicas_are_offline() -> None:
+    ctx = _ctx()
+    first = metadata_partition_fields(ctx, [T1])[0]
+    assert metadata_partition_fields(ctx, [T1])[0] is first  # from the cache
+    ctx.live_brokers[4] = ctx.live_brokers[1]  # broker 4 back: the common case, no offline replica
+    back = metadata_partition_fields(ctx, [T1])[0]
+    assert not _parse([back]).partition_states[0].offline_replicas
+    del ctx.live_brokers[3]  # now 3 is offline instead
+    other = metadata_partition_fields(ctx, [T1])[0]
+    assert list(_parse([other]).partition_states[0].offline_replicas) == [3]
+    ctx.topics_to_be_deleted.add("t")  # a deletion's leader -2 is never from the cache
+    assert _parse(metadata_partition_fields(ctx, [T1])).partition_states[0].leader == -2
+    ctx.topics_to_be_deleted.discard("t")
+    ctx.partition_states[T1] = LeaderIsrAndControllerEpoch(4, 4, (2, 4), 5, 2)  # a new state
+    assert _parse(metadata_partition_fields(ctx, [T1])).partition_states[0].leader == 4
 
 
 def test_an_entry_is_used_only_for_the_objects_it_was_made_from() -> None:
