@@ -151,6 +151,7 @@ async def run_broker(config: Config) -> int:
             ),
             state_log,
         )
+    service.stop_applying()
     await cancel_and_wait(registration_task, reregister_task, isr_task, digests_task)
     try:
         await asyncio.wait_for(registration.deregister(), 5)

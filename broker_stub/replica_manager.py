@@ -6,13 +6,21 @@ They return the error code, per-partition errors and the role changes to log.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from broker_stub import fencing
 from broker_stub.state import BrokerState, PartitionRole
 from controller_svc.common.errors import ErrorCode
 from controller_svc.common.model import LEADER_DURING_DELETE, TopicPartition
-from kcontroller.v1 import broker_pb2
+from kcontroller.v1 import broker_pb2, common_pb2
+
+ControlRequest = (
+    broker_pb2.UpdateMetadataRequest
+    | broker_pb2.LeaderAndIsrRequest
+    | broker_pb2.StopReplicaRequest
+    | broker_pb2.DescribeReplicaEpochsRequest
+)
 
 
 @dataclass
@@ -35,46 +43,76 @@ def _accept_controller(state: BrokerState, controller_id: int, controller_epoch:
     state.controller_id = controller_id
 
 
-def apply_update_metadata(state: BrokerState, request: broker_pb2.UpdateMetadataRequest) -> ApplyResult:
+def accept(state: BrokerState, request: ControlRequest) -> ApplyResult:
+    """The request-level fences (controller epoch, broker epoch). An accepted request's
+    controller becomes this broker's, and an UpdateMetadata's live brokers and controller
+    endpoint are taken; its partitions are applied next, by the functions below (in slices
+    by the gRPC service, one request at a time). A rejected request changes nothing."""
     error = _fence(state, request.controller_epoch, request.broker_epoch)
     if error:
         return ApplyResult(error)
     _accept_controller(state, request.controller_id, request.controller_epoch)
-    if request.controller_endpoint:
-        state.controller_endpoint = request.controller_endpoint
-    state.live_brokers = {b.id: b for b in request.live_brokers}
+    if isinstance(request, broker_pb2.UpdateMetadataRequest):
+        if request.controller_endpoint:
+            state.controller_endpoint = request.controller_endpoint
+        state.live_brokers = {b.id: b for b in request.live_brokers}
+    return ApplyResult()
+
+
+def finish(state: BrokerState, request: ControlRequest) -> None:
+    """After the last partition of an accepted request."""
+    if isinstance(request, broker_pb2.UpdateMetadataRequest):
+        state.update_metadata_count += 1
+    if isinstance(request, broker_pb2.UpdateMetadataRequest | broker_pb2.LeaderAndIsrRequest):
+        state.generation += 1
+
+
+def apply_update_metadata(state: BrokerState, request: broker_pb2.UpdateMetadataRequest) -> ApplyResult:
+    result = accept(state, request)
+    if result.applied:
+        update_metadata_partitions(state, request.partition_states)
+        finish(state, request)
+    return result
+
+
+def update_metadata_partitions(state: BrokerState, partitions: Sequence[common_pb2.PartitionState]) -> None:
     metadata = state.metadata
     # tuple.__new__: the NamedTuple keys without their Python-level __new__ (a failover's
     # UpdateMetadata carries every partition of the cluster, to every broker at once).
     new = tuple.__new__
-    for partition in request.partition_states:
+    for partition in partitions:
         tp = new(TopicPartition, (partition.topic, partition.partition))
         if partition.leader == LEADER_DURING_DELETE:  # the topic is being deleted
             metadata.pop(tp, None)
         else:
             metadata[tp] = partition
-    state.update_metadata_count += 1
-    state.generation += 1
-    return ApplyResult()
 
 
 def apply_leader_and_isr(state: BrokerState, request: broker_pb2.LeaderAndIsrRequest) -> ApplyResult:
-    error = _fence(state, request.controller_epoch, request.broker_epoch)
-    if error:
-        return ApplyResult(error)
-    _accept_controller(state, request.controller_id, request.controller_epoch)
-    result = ApplyResult()
-    partition_errors, role_changes, roles = result.partition_errors, result.role_changes, state.roles
+    result = accept(state, request)
+    if result.applied:
+        leader_and_isr_partitions(state, request.partition_states, result)
+        finish(state, request)
+    return result
+
+
+def leader_and_isr_partitions(
+    state: BrokerState, partitions: Sequence[common_pb2.PartitionState], result: ApplyResult
+) -> dict[TopicPartition, PartitionRole]:
+    """Each partition fenced on its leader epoch and applied; returns the role changes made
+    (also added to `result`)."""
+    partition_errors, roles = result.partition_errors, state.roles
+    changes: dict[TopicPartition, PartitionRole] = {}
     broker_id = state.broker_id
     check = fencing.check_leader_and_isr_partition
     any_offline_dir = bool(state.offline_log_dirs)
     # tuple.__new__: the NamedTuples without their Python-level __new__ (a LeaderAndIsr at
     # controlled shutdown or failover carries tens of thousands of partitions).
     new = tuple.__new__
-    for partition in request.partition_states:
+    for partition in partitions:
         tp = new(TopicPartition, (partition.topic, partition.partition))
         replicas = tuple(partition.replicas)
-        current = roles.get(tp)
+        current = changes.get(tp) or roles.get(tp)
         partition_error = check(
             broker_id,
             replicas,
@@ -86,7 +124,7 @@ def apply_leader_and_isr(state: BrokerState, request: broker_pb2.LeaderAndIsrReq
         if partition_error:
             continue
         leader = partition.leader
-        role = new(
+        changes[tp] = new(
             PartitionRole,
             (
                 "leader" if leader == broker_id else "follower",
@@ -98,19 +136,27 @@ def apply_leader_and_isr(state: BrokerState, request: broker_pb2.LeaderAndIsrReq
                 partition.zk_version,
             ),
         )
-        roles[tp] = role
-        role_changes[tp] = role
-    state.generation += 1
-    return result
+    roles.set_many(changes)
+    result.role_changes.update(changes)
+    return changes
 
 
 def apply_stop_replica(state: BrokerState, request: broker_pb2.StopReplicaRequest) -> ApplyResult:
-    error = _fence(state, request.controller_epoch, request.broker_epoch)
-    if error:
-        return ApplyResult(error)
-    _accept_controller(state, request.controller_id, request.controller_epoch)
-    result = ApplyResult()
-    for partition in request.partitions:
+    result = accept(state, request)
+    if result.applied:
+        stop_replica_partitions(state, request.partitions, request.controller_epoch, result)
+        finish(state, request)
+    return result
+
+
+def stop_replica_partitions(
+    state: BrokerState,
+    partitions: Sequence[broker_pb2.StopReplicaPartition],
+    controller_epoch: int,
+    result: ApplyResult,
+) -> dict[TopicPartition, PartitionRole]:
+    changes: dict[TopicPartition, PartitionRole] = {}
+    for partition in partitions:
         tp = TopicPartition(partition.topic, partition.partition)
         existing = state.roles.get(tp)
         partition_error = fencing.check_stop_replica_partition(
@@ -121,7 +167,7 @@ def apply_stop_replica(state: BrokerState, request: broker_pb2.StopReplicaReques
             continue
         if partition.delete_partition:
             state.roles.pop(tp, None)
-            role = PartitionRole("deleted", -1, partition.leader_epoch, (), (), request.controller_epoch)
+            role = PartitionRole("deleted", -1, partition.leader_epoch, (), (), controller_epoch)
         else:
             role = PartitionRole(
                 "stopped",
@@ -129,11 +175,12 @@ def apply_stop_replica(state: BrokerState, request: broker_pb2.StopReplicaReques
                 existing.leader_epoch if existing else partition.leader_epoch,
                 existing.isr if existing else (),
                 existing.replicas if existing else (),
-                request.controller_epoch,
+                controller_epoch,
             )
             state.roles[tp] = role
-        result.role_changes[tp] = role
-    return result
+        changes[tp] = role
+    result.role_changes.update(changes)
+    return changes
 
 
 @dataclass

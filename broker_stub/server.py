@@ -4,30 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import grpc
 
 from broker_stub import isr, metrics, replica_manager
-from broker_stub.state import BrokerState
+from broker_stub.replica_manager import ControlRequest
+from broker_stub.state import BrokerState, PartitionRole
 from controller_svc.adapters.zk.client import ZkClient
 from controller_svc.common import gc_policy, logging_setup
 from controller_svc.common.errors import ControllerError, ErrorCode
+from controller_svc.common.metadata_digest import varint
 from controller_svc.common.model import TopicPartition
 from controller_svc.common.state_change_log import StateChangeLog
 from kcontroller.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 
 log = logging.getLogger(__name__)
 
-ControlRequest = (
-    broker_pb2.UpdateMetadataRequest
-    | broker_pb2.LeaderAndIsrRequest
-    | broker_pb2.StopReplicaRequest
-    | broker_pb2.DescribeReplicaEpochsRequest
-)
-
 SERVICE_NAME = broker_pb2.DESCRIPTOR.services_by_name["BrokerControl"].full_name
 # Partitions whose metadata digests are made per slice in the background (about 10 ms).
 DIGEST_SLICE = 20_000
+# Partitions of a control request applied between two yields to the loop (2-3 ms).
+APPLY_SLICE = 500
 
 
 class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
@@ -45,11 +44,30 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
         # replicaStateChangeLock); the fencing check and the update are one step.
         self._lock = asyncio.Lock()
         self.rejected: dict[int, int] = {}
+        # Set once the broker is shutting down past its controlled shutdown (`stop_applying`).
+        self._stopping = False
 
-    def _record(self, api: str, request: ControlRequest, result: replica_manager.ApplyResult) -> None:
+    def stop_applying(self) -> None:
+        """From now on no control request is applied: a request in progress stops at its next
+        slice and every one fails as UNAVAILABLE, which the controller's sender treats as a
+        connection lost (it resends until the broker's deregistration removes it). Kafka's
+        broker does the same at this point of its shutdown (the socket server stops processing
+        requests right after the controlled shutdown): applying the controller's last requests
+        to a broker about to exit only delayed its exit (its own demotion, 10k partitions, on
+        cores the new leaders needed)."""
+        self._stopping = True
+
+    async def _refuse_when_stopping(self, api: str, context: grpc.aio.ServicerContext | None) -> None:
+        if not self._stopping:
+            return
+        metrics.REQUESTS.labels(api, "refused_stopping").inc()
+        if context is not None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "broker is shutting down")
+        raise ConnectionError("broker is shutting down")
+
+    def _record_received(self, api: str, request: ControlRequest, result: replica_manager.ApplyResult) -> None:
         controller_epoch = int(request.controller_epoch)
         metrics.REQUESTS.labels(api, "applied" if result.applied else "rejected").inc()
-        self._update_gauges()
         if not result.applied:
             metrics.REJECTED.labels(api, result.error.name, str(int(result.error))).inc()
             self.rejected[int(result.error)] = self.rejected.get(int(result.error), 0) + 1
@@ -74,6 +92,8 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
             result="applied" if result.applied else "rejected",
             error=int(result.error),
         )
+
+    def _record_role_changes(self, controller_epoch: int, changes: dict[TopicPartition, PartitionRole]) -> None:
         self.state_log.record_many(
             "partition.role_changed",
             (
@@ -86,7 +106,7 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
                     "isr": list(role.isr),
                     "controller_epoch": controller_epoch,
                 }
-                for tp, role in result.role_changes.items()
+                for tp, role in changes.items()
             ),
         )
 
@@ -116,42 +136,85 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
         self, request: broker_pb2.UpdateMetadataRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.UpdateMetadataResponse:
         async with self._lock:
-            with gc_policy.no_collection_during("UpdateMetadata"):
-                result = replica_manager.apply_update_metadata(self.state, request)
-            self._record("UpdateMetadata", request, result)
+            result = await self._apply_in_slices(
+                "UpdateMetadata",
+                request,
+                context,
+                request.partition_states,
+                lambda partitions, _result: replica_manager.update_metadata_partitions(self.state, partitions),
+            )
         return broker_pb2.UpdateMetadataResponse(error_code=int(result.error), error_message=_message(result.error))
 
     async def LeaderAndIsr(
         self, request: broker_pb2.LeaderAndIsrRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.LeaderAndIsrResponse:
         async with self._lock:
-            with gc_policy.no_collection_during("LeaderAndIsr"):
-                result = replica_manager.apply_leader_and_isr(self.state, request)
-            self._record("LeaderAndIsr", request, result)
-        return broker_pb2.LeaderAndIsrResponse(
-            error_code=int(result.error),
-            error_message=_message(result.error),
-            partition_errors=_partition_errors(result),
-        )
+            result = await self._apply_in_slices(
+                "LeaderAndIsr",
+                request,
+                context,
+                request.partition_states,
+                lambda partitions, result: replica_manager.leader_and_isr_partitions(self.state, partitions, result),
+            )
+        return _leader_and_isr_response(result)
 
     async def StopReplica(
         self, request: broker_pb2.StopReplicaRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.StopReplicaResponse:
         async with self._lock:
-            result = replica_manager.apply_stop_replica(self.state, request)
-            self._record("StopReplica", request, result)
+            result = await self._apply_in_slices(
+                "StopReplica",
+                request,
+                context,
+                request.partitions,
+                lambda partitions, result: replica_manager.stop_replica_partitions(
+                    self.state, partitions, request.controller_epoch, result
+                ),
+            )
         return broker_pb2.StopReplicaResponse(
             error_code=int(result.error),
             error_message=_message(result.error),
             partition_errors=_partition_errors(result),
         )
 
+    async def _apply_in_slices(
+        self,
+        api: str,
+        request: ControlRequest,
+        context: grpc.aio.ServicerContext | None,
+        partitions: Sequence[Any],
+        apply_slice: Callable[[Sequence[Any], replica_manager.ApplyResult], dict[TopicPartition, PartitionRole] | None],
+    ) -> replica_manager.ApplyResult:
+        """Fence the request, then apply its partitions APPLY_SLICE at a time, yielding to the
+        loop between slices (the caller holds the lock: requests still apply one at a time, in
+        order). A 10k-partition LeaderAndIsr held the broker's loop for 100+ ms in one step, and
+        a shutting-down broker, whose own demotion is such a request, could act on its
+        controller's answer only after it: each partition's change is whole, as in Kafka, where
+        becomeLeaderOrFollower changes partitions one by one under their own locks."""
+        await self._refuse_when_stopping(api, context)
+        result = replica_manager.accept(self.state, request)
+        self._record_received(api, request, result)
+        if result.applied:
+            with gc_policy.no_collection_during(api):
+                for start in range(0, len(partitions), APPLY_SLICE):
+                    if start:
+                        await asyncio.sleep(0)
+                        await self._refuse_when_stopping(api, context)
+                    changes = apply_slice(partitions[start : start + APPLY_SLICE], result)
+                    if changes:
+                        self._record_role_changes(int(request.controller_epoch), changes)
+            replica_manager.finish(self.state, request)
+        self._update_gauges()
+        return result
+
     async def DescribeReplicaEpochs(
         self, request: broker_pb2.DescribeReplicaEpochsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.DescribeReplicaEpochsResponse:
         async with self._lock:
+            await self._refuse_when_stopping("DescribeReplicaEpochs", context)
             result, answer = replica_manager.apply_describe_replica_epochs(self.state, request)
-            self._record("DescribeReplicaEpochs", request, result)
+            self._record_received("DescribeReplicaEpochs", request, result)
+            self._update_gauges()
         return broker_pb2.DescribeReplicaEpochsResponse(
             error_code=int(result.error),
             error_message=_message(result.error),
@@ -338,5 +401,44 @@ def _message(error: ErrorCode) -> str:
 def _partition_errors(result: replica_manager.ApplyResult) -> list[common_pb2.PartitionError]:
     return [
         common_pb2.PartitionError(topic=tp.topic, partition=tp.partition, error_code=int(code))
-        for tp, code in sorted(result.partition_errors.items())
+        for tp, code in result.partition_errors.items()
     ]
+
+
+_LEADER_AND_ISR_ERRORS_TAG = bytes(
+    [(broker_pb2.LeaderAndIsrResponse.DESCRIPTOR.fields_by_name["partition_errors"].number << 3) | 2]
+)
+
+
+# partition number -> its PartitionError.partition field (the same few thousand numbers recur)
+_PARTITION_FIELDS: dict[int, bytes] = {}
+
+
+def _leader_and_isr_response(result: replica_manager.ApplyResult) -> broker_pb2.LeaderAndIsrResponse:
+    """The response lists every partition of the request with its error (as Kafka's does):
+    10k message objects for a 10k-partition request took longer than applying it. Encoded as
+    the response's fields directly (topic bytes once per topic) and parsed by upb, the same
+    message results (`tests/unit/test_fencing.py` compares the two)."""
+    chunks: list[bytes] = []
+    topic: str | None = None
+    topic_field = b""
+    for tp, code in result.partition_errors.items():
+        if tp[0] != topic:
+            topic = tp[0]
+            encoded = topic.encode()
+            topic_field = b"\x0a" + varint(len(encoded)) + encoded
+        error = int(code)
+        if tp[1] < 0 or error < 0:  # negative int32s take ten bytes: upb's encoding
+            body = common_pb2.PartitionError(topic=tp[0], partition=tp[1], error_code=error).SerializeToString()
+        else:
+            partition_field = _PARTITION_FIELDS.get(tp[1])
+            if partition_field is None:
+                partition_field = _PARTITION_FIELDS[tp[1]] = b"\x10" + varint(tp[1]) if tp[1] else b""
+            body = topic_field + partition_field
+            if error:
+                body += b"\x18" + varint(error)
+        chunks.append(_LEADER_AND_ISR_ERRORS_TAG + varint(len(body)) + body)
+    response = broker_pb2.LeaderAndIsrResponse.FromString(b"".join(chunks))
+    response.error_code = int(result.error)
+    response.error_message = _message(result.error)
+    return response

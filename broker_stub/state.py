@@ -6,6 +6,7 @@ Owned by the broker's gRPC handlers, which apply one control request at a time.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -71,6 +72,19 @@ class RoleTable(ObservedDict[TopicPartition, PartitionRole]):
                     self.under_replicated.add(tp)
                 else:
                     self.under_replicated.discard(tp)
+
+    def set_many(self, entries: Mapping[TopicPartition, PartitionRole]) -> None:
+        """`self[tp] = role` for each entry, without the per-entry indirections (a LeaderAndIsr
+        applies thousands at once)."""
+        get = dict.get
+        setitem = dict.__setitem__
+        account = self._account
+        for tp, role in entries.items():
+            previous = get(self, tp)
+            if previous is not None:
+                account(tp, previous, -1)
+            setitem(self, tp, role)
+            account(tp, role, 1)
 
     def _added(self, tp: TopicPartition, role: PartitionRole) -> None:
         self._account(tp, role, 1)
@@ -161,7 +175,8 @@ class BrokerState:
     controller_endpoint: str = ""
     live_brokers: dict[int, common_pb2.LiveBroker] = field(default_factory=dict)
     metadata: dict[TopicPartition, common_pb2.PartitionState] = field(default_factory=MetadataCache)
-    roles: dict[TopicPartition, PartitionRole] = field(default_factory=dict)
+    # A dict given here becomes the broker's RoleTable (__post_init__).
+    roles: RoleTable = field(default_factory=lambda: RoleTable(-1))
     update_metadata_count: int = 0
     log_dirs: tuple[str, ...] = ("data-0",)
     offline_log_dirs: set[str] = field(default_factory=set)
@@ -172,8 +187,8 @@ class BrokerState:
     generation: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.roles, RoleTable):
-            self.roles = RoleTable(self.broker_id, self.roles)
+        if not isinstance(self.roles, RoleTable) or self.roles.broker_id != self.broker_id:
+            self.roles = RoleTable(self.broker_id, dict(self.roles))
         if not isinstance(self.metadata, MetadataCache):
             self.metadata = MetadataCache(self.metadata)
 

@@ -29,6 +29,9 @@ DIGEST_SIZE = 16
 
 
 def varint(value: int) -> bytes:
+    """A non-negative integer as a protobuf varint."""
+    if value < 128:
+        return _ONE_BYTE[value]
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -37,6 +40,7 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
+_ONE_BYTE = [bytes([n]) for n in range(128)]
 # The tag and length of every state shorter than 128 bytes (nearly all of them).
 _SHORT_PREFIXES = [PARTITION_STATES_TAG + bytes([n]) for n in range(128)]
 

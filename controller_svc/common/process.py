@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, NoReturn
 
 from controller_svc.common import config as cfg
 
@@ -63,7 +63,7 @@ def run_process(kind: str, args: argparse.Namespace, runner: Callable[[cfg.Confi
     node_id = config.int("controller.id" if kind == "controller" else "broker.id")
     logging_setup.setup(f"{kind}-{node_id}", config.str("log.level"), config.str("log.format"))
     try:
-        return uvloop.run(runner(config))
+        code = uvloop.run(runner(config))
     except KeyboardInterrupt:
         return 130
     except Exception as e:
@@ -71,3 +71,19 @@ def run_process(kind: str, args: argparse.Namespace, runner: Callable[[cfg.Confi
 
         logging.getLogger(kind).exception("%s %d failed: %s", kind, node_id, e)
         return 1
+    exit_now(code)
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process once its runner has returned: everything it owned (ZooKeeper session,
+    gRPC server, state-change log) is closed by then, and only the interpreter's finalization
+    is left, which frees every object one by one and joins gRPC's threads: 80 ms of a
+    10k-partition broker's controlled shutdown (`bench.controlled_shutdown`), seconds at 1M
+    partitions, with nothing to show for it. Logs and standard streams are flushed first."""
+    import logging
+    import os
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -20,7 +20,12 @@ from typing import Any, Protocol
 
 from controller_svc.common import metrics
 from controller_svc.common.errors import ControllerError, ControllerMovedError
-from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition, sorted_partitions
+from controller_svc.common.model import (
+    LeaderIsrAndControllerEpoch,
+    ReplicaAssignment,
+    TopicPartition,
+    sorted_partitions,
+)
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.core.context import ControllerContext
 from controller_svc.core.election import ElectionStrategy, elect
@@ -428,83 +433,87 @@ class PartitionStateMachine:
         allow_unclean: bool,
     ) -> _Slice:
         decided = _Slice()
+        proposals, previous = decided.proposals, decided.previous
         ctx = self.ctx
+        epoch = ctx.epoch
+        states_get = ctx.partition_states.get
+        assignments = ctx.assignments
+        shutting = ctx.shutting_down_broker_ids
         unclean_default = self.unclean_default()
         # Without failed log dirs a replica is online when its broker is live and not shutting
-        # down: one set, instead of a method call per replica.
+        # down: one set for every partition (`elect` takes the brokers on which a replica
+        # counts as online), instead of one per partition.
         online_brokers = None if any(ctx.replicas_on_offline_dirs.values()) else ctx.live_broker_ids
+        new = tuple.__new__  # the NamedTuple without its Python-level __new__ (per partition)
+        topic: str | None = None
+        parts: dict[int, ReplicaAssignment] = {}
+        unclean_enabled = allow_unclean
         for tp in partitions:
-            current = ctx.partition_states.get(tp)
-            assignment = ctx.assignment(tp)
+            if tp[0] != topic:  # per topic, not per partition (a slice is mostly one topic)
+                topic = tp[0]
+                parts = assignments.get(topic) or {}
+                unclean_enabled = allow_unclean or ctx.unclean_election_enabled(topic, unclean_default)
+            current = states_get(tp)
+            assignment = parts.get(tp[1])
             if current is None or assignment is None:
                 result.failed[tp] = "no partition state in ZooKeeper"
                 continue
-            if current.controller_epoch > ctx.epoch:
+            if current.controller_epoch > epoch:
                 raise ControllerMovedError(
-                    f"{tp} was written by controller epoch {current.controller_epoch} > ours {ctx.epoch}"
+                    f"{tp} was written by controller epoch {current.controller_epoch} > ours {epoch}"
                 )
-            online = (
-                ctx.online_replicas(tp)
-                if online_brokers is None
-                else {r for r in assignment.replicas if r in online_brokers}
-            )
-            election = elect(
-                strategy,
-                assignment,
-                current,
-                online,
-                ctx.shutting_down_broker_ids,
-                allow_unclean or ctx.unclean_election_enabled(tp.topic, unclean_default),
-            )
-            if election.leader is None:
+            online = ctx.online_replicas(tp) if online_brokers is None else online_brokers
+            election = elect(strategy, assignment, current, online, shutting, unclean_enabled)
+            leader = election.leader
+            if leader is None:
                 result.failed[tp] = f"no eligible leader ({strategy.value})"
                 log.warning(
                     "controller %d epoch %d: no eligible leader for %s by %s election: replicas %s, isr %s, "
                     "online %s",
                     self.controller_id,
-                    ctx.epoch,
+                    epoch,
                     tp,
                     strategy.value,
                     list(assignment.replicas),
                     list(current.isr),
-                    sorted(online),
+                    sorted(r for r in assignment.replicas if r in online),
                 )
                 continue
-            decided.proposals[tp] = election.as_state(ctx.epoch, current.zk_version)
-            decided.previous[tp] = current
+            proposals[tp] = new(
+                LeaderIsrAndControllerEpoch, (leader, election.leader_epoch, election.isr, current.zk_version, epoch)
+            )
+            previous[tp] = current
             if election.unclean:
                 decided.unclean.add(tp)
         return decided
 
     def _apply_outcome(self, decided: _Slice, outcome: WriteOutcome, strategy: ElectionStrategy) -> None:
         ctx = self.ctx
-        live = ctx.live_or_shutting_down_broker_ids
-        online = PartitionState.ONLINE
-        elected: list[dict[str, Any]] = []
-        for tp, version in outcome.written.items():
-            proposal = decided.proposals[tp]
-            state = LeaderIsrAndControllerEpoch(
-                proposal.leader, proposal.leader_epoch, proposal.isr, version, proposal.controller_epoch
+        proposals = decided.proposals
+        new = tuple.__new__  # the NamedTuple without its Python-level __new__ (per partition)
+        written = {
+            tp: new(LeaderIsrAndControllerEpoch, (*proposals[tp][:3], version, proposals[tp][4]))
+            for tp, version in outcome.written.items()
+        }
+        # Written a slice at a time: each dict marks a topic once, not once per partition.
+        ctx.set_partition_states(written)
+        self.states.set_many(written, PartitionState.ONLINE)
+        self.batch.add_leader_and_isr_to_replicas(written, ctx.live_or_shutting_down_broker_ids)
+        for tp in decided.unclean.intersection(written):
+            self.unclean_elections += 1
+            metrics.UNCLEAN_LEADER_ELECTIONS.inc()
+            log.warning(
+                "controller %d: UNCLEAN leader election for %s: %d was not in the ISR %s",
+                self.controller_id,
+                tp,
+                written[tp].leader,
+                list(decided.previous[tp].isr),
             )
-            ctx.partition_states[tp] = state
-            self.states[tp] = online
-            assignment = ctx.assignment(tp)
-            assert assignment is not None
-            recipients = [r for r in assignment.replicas if r in live]
-            self.batch.add_leader_and_isr(recipients, tp, state, assignment, is_new=False)
-            unclean = tp in decided.unclean
-            if unclean:
-                self.unclean_elections += 1
-                metrics.UNCLEAN_LEADER_ELECTIONS.inc()
-                log.warning(
-                    "controller %d: UNCLEAN leader election for %s: %d was not in the ISR %s",
-                    self.controller_id,
-                    tp,
-                    state.leader,
-                    list(decided.previous[tp].isr),
-                )
-            elected.append(self._election_fields(tp, state, decided.previous[tp].isr, strategy.value, unclean))
-        self.state_log.record_many("partition.leader_elected", elected)
+        previous, unclean, fields, name = decided.previous, decided.unclean, self._election_fields, strategy.value
+        self.state_log.record_many(
+            "partition.leader_elected",
+            [fields(tp, state, previous[tp].isr, name, tp in unclean) for tp, state in written.items()],
+        )
 
     async def _refresh(self, partitions: list[TopicPartition]) -> None:
         states = await self.store.read(partitions)

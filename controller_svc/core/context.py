@@ -5,7 +5,7 @@ No I/O. Only the event consumer task reads or changes it (one owner of state).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +125,8 @@ class ControllerContext:
     _imbalance_uncounted: set[str] = field(default_factory=set, repr=False)
     # topic -> its partitions being reassigned (only topics with some)
     _reassigning_per_topic: dict[str, list[int]] = field(default_factory=dict, repr=False)
+    # topic -> broker -> the topic's partitions with a replica on it (`_partitions_by_broker`)
+    _by_broker_per_topic: dict[str, dict[int, list[int]]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.assignments, TopicAssignments):
@@ -189,22 +191,49 @@ class ControllerContext:
 
     def partitions_on_brokers(self, broker_ids: Iterable[int]) -> set[TopicPartition]:
         wanted = set(broker_ids)
+        new = tuple.__new__  # the NamedTuple without its Python-level __new__
         return {
-            TopicPartition(t, p)
-            for t, parts in self.assignments.items()
-            for p, a in parts.items()
-            if wanted.intersection(a.replicas)
+            new(TopicPartition, (t, p))
+            for t, by_broker in self._partitions_by_broker().items()
+            for b in wanted
+            for p in by_broker.get(b, ())
         }
 
     def replicas_on_brokers(self, broker_ids: Iterable[int]) -> set[PartitionAndReplica]:
         wanted = set(broker_ids)
+        new = tuple.__new__
         return {
-            PartitionAndReplica(TopicPartition(t, p), r)
-            for t, parts in self.assignments.items()
-            for p, a in parts.items()
-            for r in a.replicas
-            if r in wanted
+            new(PartitionAndReplica, (new(TopicPartition, (t, p)), b))
+            for t, by_broker in self._partitions_by_broker().items()
+            for b in wanted
+            for p in by_broker.get(b, ())
         }
+
+    def _partitions_by_broker(self) -> dict[str, dict[int, list[int]]]:
+        """Topic -> broker -> the topic's partitions with a replica there, rebuilt only for the
+        topics whose assignments were written since the last call: a broker's failure, start-up
+        or controlled shutdown (each of its retries) scanned every assignment for its replicas
+        (0.5 s at 1M partitions), as Kafka's partitionsOnBroker does."""
+        index = self._by_broker_per_topic
+        everything, written = self._tracked_assignments().take_dirty(TopicAssignments.BY_BROKER)
+        if everything:
+            index.clear()
+        assignments = self.assignments
+        for topic in assignments if everything else written:
+            parts = assignments.get(topic)
+            if not parts:
+                index.pop(topic, None)
+                continue
+            by_broker: dict[int, list[int]] = {}
+            for p, a in parts.items():
+                for r in a.replicas:
+                    held = by_broker.get(r)
+                    if held is None:
+                        by_broker[r] = [p]
+                    else:
+                        held.append(p)
+            index[topic] = by_broker
+        return index
 
     def partitions_led_by(self, broker_ids: Iterable[int]) -> set[TopicPartition]:
         wanted = set(broker_ids)
@@ -323,6 +352,11 @@ class ControllerContext:
         deleting = self.topics_to_be_deleted
         return sum(count for topic, count in per_topic.items() if topic not in deleting)
 
+    def set_partition_states(self, states: Mapping[TopicPartition, LeaderIsrAndControllerEpoch]) -> None:
+        """`partition_states[tp] = state` for each, each topic marked written once (a slice of
+        elections)."""
+        self._tracked_states().set_many(states)
+
     def _tracked_states(self) -> TopicKeyed[LeaderIsrAndControllerEpoch]:
         states = self.partition_states
         if not isinstance(states, TopicKeyed):  # replaced by a plain dict: tracked again
@@ -357,3 +391,4 @@ class ControllerContext:
         self._imbalance_per_topic.clear()
         self._imbalance_uncounted.clear()
         self._reassigning_per_topic.clear()
+        self._by_broker_per_topic.clear()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from controller_svc.common.model import NO_LEADER, LeaderIsrAndControllerEpoch, ReplicaAssignment
 
@@ -69,9 +69,10 @@ class ElectionStrategy(enum.Enum):
     CONTROLLED_SHUTDOWN = "controlled_shutdown"
 
 
-@dataclass(frozen=True, slots=True)
-class ElectionResult:
-    """The partition state an election chose (leader epoch bumped), or no leader."""
+class ElectionResult(NamedTuple):
+    """The partition state an election chose (leader epoch bumped), or no leader. A NamedTuple
+    like LeaderIsrAndControllerEpoch: one per partition of every election (10k at a controlled
+    shutdown), where a frozen dataclass's __init__ runs as Python code."""
 
     leader: int | None
     leader_epoch: int
@@ -80,11 +81,11 @@ class ElectionResult:
 
     def as_state(self, controller_epoch: int, zk_version: int) -> LeaderIsrAndControllerEpoch:
         return LeaderIsrAndControllerEpoch(
-            leader=self.leader if self.leader is not None else NO_LEADER,
-            leader_epoch=self.leader_epoch,
-            isr=self.isr,
-            zk_version=zk_version,
-            controller_epoch=controller_epoch,
+            self.leader if self.leader is not None else NO_LEADER,
+            self.leader_epoch,
+            self.isr,
+            zk_version,
+            controller_epoch,
         )
 
 
@@ -105,21 +106,28 @@ def elect(
     replicas = assignment.replicas
     isr = current.isr
     epoch = current.leader_epoch + 1
+    # Sets are used as they are (the caller's, not copied per partition: an election runs once
+    # per partition of a 10k-partition controlled shutdown or broker failure).
+    live = live_brokers if isinstance(live_brokers, (set, frozenset)) else set(live_brokers)
     if strategy is ElectionStrategy.OFFLINE:
-        online = set(live_brokers)
-        live_isr = tuple(r for r in isr if r in online)
-        leader = offline_partition_leader_election(replicas, isr, online, unclean_enabled)
+        leader = offline_partition_leader_election(replicas, isr, live, unclean_enabled)
         if leader is None:
             return ElectionResult(None, epoch, isr, False)
-        unclean = leader not in isr
-        return ElectionResult(leader, epoch, (leader,) if unclean else live_isr, unclean)
+        if leader not in isr:
+            return ElectionResult(leader, epoch, (leader,), True)
+        return ElectionResult(leader, epoch, tuple([r for r in isr if r in live]), False)
     if strategy is ElectionStrategy.REASSIGN:
-        leader = reassign_partition_leader_election(assignment.target_replicas, isr, set(live_brokers))
+        leader = reassign_partition_leader_election(assignment.target_replicas, isr, live)
         return ElectionResult(leader, epoch, isr, False)
     if strategy is ElectionStrategy.PREFERRED:
-        leader = preferred_replica_partition_leader_election(replicas, isr, set(live_brokers))
+        leader = preferred_replica_partition_leader_election(replicas, isr, live)
         return ElectionResult(leader, epoch, isr, False)
-    live_or_shutting = set(live_brokers) | set(shutting_down_brokers)
-    leader = controlled_shutdown_partition_leader_election(replicas, isr, live_or_shutting, set(shutting_down_brokers))
-    new_isr = tuple(r for r in isr if r not in shutting_down_brokers)
-    return ElectionResult(leader, epoch, new_isr, False)
+    shutting = (
+        shutting_down_brokers
+        if isinstance(shutting_down_brokers, (set, frozenset))
+        else set(shutting_down_brokers)
+    )
+    # A replica that is not shutting down counts as live only when it is live: the first
+    # eligible replica is the same with or without the shutting-down brokers added to `live`.
+    leader = controlled_shutdown_partition_leader_election(replicas, isr, live, shutting)
+    return ElectionResult(leader, epoch, tuple([r for r in isr if r not in shutting]), False)

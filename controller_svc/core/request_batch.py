@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -259,6 +259,8 @@ class RequestBatch:
     update_metadata_brokers: set[int] = field(default_factory=set)
     update_metadata_partitions: set[TopicPartition] = field(default_factory=set)
     stop_replica: dict[int, dict[TopicPartition, _StopReplica]] = field(default_factory=dict)
+    # partitions with an is_new entry for some broker (sticky: later entries keep it)
+    _new_partitions: set[TopicPartition] = field(default_factory=set)
     _open: bool = False
 
     def __repr__(self) -> str:
@@ -282,6 +284,7 @@ class RequestBatch:
         self.update_metadata_brokers.clear()
         self.update_metadata_partitions.clear()
         self.stop_replica.clear()
+        self._new_partitions.clear()
         self._open = False
 
     def add_leader_and_isr(
@@ -292,13 +295,65 @@ class RequestBatch:
         assignment: ReplicaAssignment,
         is_new: bool,
     ) -> None:
+        self._add_leader_and_isr_entries(broker_ids, tp, state, assignment, is_new)
+        self.update_metadata_brokers.update(self.ctx.live_brokers)  # live or shutting down
+        self.update_metadata_partitions.add(tp)
+
+    def add_leader_and_isr_to_replicas(
+        self, states: Mapping[TopicPartition, LeaderIsrAndControllerEpoch], recipients: Collection[int]
+    ) -> None:
+        """`add_leader_and_isr(the replicas in recipients, tp, state, its assignment, False)` for
+        each partition of `states` (elections decided a slice at a time): the per-call
+        bookkeeping once for all of them."""
+        assignments = self.ctx.assignments
+        cache = self.ctx.encoded_partition_states
+        leader_and_isr = self.leader_and_isr
+        new_partitions = self._new_partitions
+        topic: str | None = None
+        parts: dict[int, ReplicaAssignment] = {}
+        for tp, state in states.items():
+            if tp[0] != topic:
+                topic = tp[0]
+                parts = assignments.get(topic) or {}
+            assignment = parts[tp[1]]
+            brokers = [r for r in assignment.replicas if r in recipients]
+            if assignment.adding or assignment.removing or tp in new_partitions:
+                # A reassignment's sets, or an earlier entry whose is_new may stick: the rule
+                # of the single call.
+                self._add_leader_and_isr_entries(brokers, tp, state, assignment, False)
+                continue
+            # The common case inline: one encoding shared by every recipient (and by the
+            # batch's UpdateMetadata, through the context's cache).
+            shared = (remember(cache, tp, state, assignment), state.leader, False)
+            for broker_id in brokers:
+                held = leader_and_isr.get(broker_id)
+                if held is None:
+                    held = leader_and_isr[broker_id] = {}
+                held[tp] = shared
+        if states:
+            self.update_metadata_brokers.update(self.ctx.live_brokers)  # live or shutting down
+            self.update_metadata_partitions.update(states)
+
+    def _add_leader_and_isr_entries(
+        self,
+        broker_ids: Iterable[int],
+        tp: TopicPartition,
+        state: LeaderIsrAndControllerEpoch,
+        assignment: ReplicaAssignment,
+        is_new: bool,
+    ) -> None:
         # One entry for every broker of the call; only a sticky is_new of an earlier entry
         # needs its own.
         shared: tuple[bytes, int, bool] | None = None
+        leader_and_isr = self.leader_and_isr
+        if is_new:
+            self._new_partitions.add(tp)
         for broker_id in broker_ids:
             if broker_id < 0:
                 continue
-            per_broker = self.leader_and_isr.setdefault(broker_id, {})
+            per_broker = leader_and_isr.get(broker_id)
+            if per_broker is None:
+                per_broker = leader_and_isr[broker_id] = {}
             previous = per_broker.get(tp)
             sticky_new = is_new or (previous is not None and previous[2])
             if sticky_new != is_new:
@@ -315,8 +370,6 @@ class RequestBatch:
                 else:
                     shared = (encode_field(_partition_state(tp, state, assignment, is_new)), state.leader, is_new)
             per_broker[tp] = shared
-        self.update_metadata_brokers.update(self.ctx.live_brokers)  # live or shutting down
-        self.update_metadata_partitions.add(tp)
 
     def add_update_metadata(self, broker_ids: Iterable[int], partitions: Iterable[TopicPartition]) -> None:
         self.update_metadata_brokers.update(b for b in broker_ids if b >= 0)

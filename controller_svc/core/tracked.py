@@ -20,6 +20,7 @@ a failover) stays dict's own C code; only writes pay a Python call.
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 from controller_svc.common.model import ReplicaAssignment, TopicPartition
@@ -107,16 +108,29 @@ class TopicKeyed(_DirtyTopics[TopicPartition, V]):
     __slots__ = ()
     _topic_of = staticmethod(operator.itemgetter(0))  # type: ignore[assignment]  # C, per write
 
+    def set_many(self, entries: Mapping[TopicPartition, V]) -> None:
+        """Each entry as `self[key] = value` would write it, with each topic marked once: an
+        election slice writes a thousand states of one or a few topics."""
+        if not entries:
+            return
+        self.writes += len(entries)
+        topics = set(map(self._topic_of, entries))
+        for dirty in self._dirty:
+            dirty |= topics
+        dict.update(self, entries)
+
 
 class TopicAssignments(_DirtyTopics[str, dict[int, ReplicaAssignment]]):
     """Topic -> partition -> assignment. A write into a topic's own dict is not seen:
     ControllerContext.set_assignment, the one place that does it, marks the topic itself.
-    Two readers: the imbalance count (IMBALANCE) and the index of reassignments (REASSIGNING)."""
+    Three readers: the imbalance count (IMBALANCE), the index of reassignments (REASSIGNING) and
+    the index of partitions per broker (BY_BROKER)."""
 
     __slots__ = ()
-    CONSUMERS = 2
+    CONSUMERS = 3
     IMBALANCE = 0
     REASSIGNING = 1
+    BY_BROKER = 2
 
     @staticmethod
     def _topic_of(key: Any) -> str:
@@ -159,6 +173,22 @@ class CountedStates(ObservedDict[TopicPartition, V], Generic[V]):
 
     def _cleared(self) -> None:
         self.per_topic.clear()
+
+    def set_many(self, keys: Iterable[TopicPartition], value: V) -> None:
+        """`self[key] = value` for each key, counting in one pass (an election slice)."""
+        counted = self.counted
+        get = dict.get
+        per_topic = self.per_topic
+        for key in keys:
+            previous = get(self, key, MISSING)
+            if (previous is counted) is not (value is counted):
+                delta = 1 if value is counted else -1
+                remaining = per_topic.get(key[0], 0) + delta
+                if remaining:
+                    per_topic[key[0]] = remaining
+                else:
+                    per_topic.pop(key[0], None)
+            dict.__setitem__(self, key, value)
 
     def replace_all(self, entries: dict[TopicPartition, V]) -> None:
         """Every entry at once (a failover's start-up: 1M partitions), by dict's own update and

@@ -121,3 +121,44 @@ def test_only_stop_replica_requests_that_delete_answer_for_topic_deletion() -> N
     assert callable(callback)
     callback(2, "StopReplica", "the response")
     assert answered == [(2, frozenset({TopicPartition("t", 1)}), ctx.broker_epoch(2))]  # the epoch it was sent to
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_slice_of_elections_added_at_once_builds_what_one_call_per_partition_builds(seed: int) -> None:
+    """add_leader_and_isr_to_replicas (the partition state machine's slices) against the single
+    call it stands for, after random earlier entries: is_new ones (sticky), reassignments."""
+    import random
+
+    rng = random.Random(seed)
+    built = []
+    for bulk in (True, False):
+        rng = random.Random(seed)
+        batch, sink = make()
+        ctx = batch.ctx
+        for p in range(8):
+            tp = TopicPartition("t", p)
+            replicas = tuple(rng.sample([1, 2, 3, 4, 5], 3))
+            adding = (5,) if rng.random() < 0.2 else ()
+            ctx.set_assignment(tp, ReplicaAssignment(replicas + adding, adding, replicas[:1] if adding else ()))
+        batch.new_batch()
+        for step in range(6):
+            chosen = rng.sample(range(8), rng.randrange(1, 8))
+            states = {TopicPartition("t", p): state(rng.choice([1, 2, 3]), step + 1) for p in sorted(chosen)}
+            if step == 0 or rng.random() < 0.4:  # a new partition's entries, to some brokers
+                tp = rng.choice(list(states))
+                assignment = ctx.assignment(tp)
+                assert assignment is not None
+                batch.add_leader_and_isr(rng.sample([1, 2, 3], 2), tp, states[tp], assignment, is_new=True)
+            recipients = ctx.live_or_shutting_down_broker_ids
+            if bulk:
+                batch.add_leader_and_isr_to_replicas(states, recipients)
+            else:
+                for tp, chosen_state in states.items():
+                    assignment = ctx.assignment(tp)
+                    assert assignment is not None
+                    brokers = [r for r in assignment.replicas if r in recipients]
+                    batch.add_leader_and_isr(brokers, tp, chosen_state, assignment, is_new=False)
+        batch.send(sink)
+        built.append(sink.sent)
+    assert built[0] == built[1]
+    assert any(p.is_new for _, api, r in built[0] if api == "LeaderAndIsr" for p in r.partition_states)

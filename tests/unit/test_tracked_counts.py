@@ -8,7 +8,12 @@ import random
 import pytest
 
 from broker_stub.state import BrokerState, PartitionRole
-from controller_svc.common.model import LeaderIsrAndControllerEpoch, ReplicaAssignment, TopicPartition
+from controller_svc.common.model import (
+    LeaderIsrAndControllerEpoch,
+    PartitionAndReplica,
+    ReplicaAssignment,
+    TopicPartition,
+)
 from controller_svc.controller.partition_state_machine import PartitionState
 from controller_svc.core.context import ControllerContext
 from controller_svc.core.tracked import CountedStates
@@ -83,7 +88,7 @@ def test_imbalance_count_and_reassignments_equal_a_full_recount_after_random_wri
     for _ in range(400):
         topic = rng.choice(TOPICS)
         tp = TopicPartition(topic, rng.randrange(6))
-        action = rng.randrange(9)
+        action = rng.randrange(10)
         if action == 0:
             replicas = tuple(rng.sample([1, 2, 3, 4], 3))
             adding = (5,) if rng.random() < 0.4 else ()
@@ -104,12 +109,29 @@ def test_imbalance_count_and_reassignments_equal_a_full_recount_after_random_wri
             ctx.partition_states.clear()
         elif action == 8 and tp in ctx.partition_states:
             del ctx.partition_states[tp]
+        elif action == 9:  # an election slice's bulk write
+            ctx.set_partition_states(
+                {TopicPartition(rng.choice(TOPICS), p): _state(rng.randrange(1, 5)) for p in range(rng.randrange(4))}
+            )
         if rng.random() < 0.3:
             assert ctx.preferred_replica_imbalance_count() == _recount_imbalance(ctx)
         if rng.random() < 0.3:
             assert ctx.partitions_being_reassigned == reassigning()
+        if rng.random() < 0.3:
+            _assert_on_brokers_equal_a_scan(ctx, set(rng.sample([1, 2, 3, 4, 5, 6], rng.randrange(1, 4))))
     assert ctx.preferred_replica_imbalance_count() == _recount_imbalance(ctx)
     assert ctx.partitions_being_reassigned == reassigning()
+    _assert_on_brokers_equal_a_scan(ctx, {1, 5})
+
+
+def _assert_on_brokers_equal_a_scan(ctx: ControllerContext, brokers: set[int]) -> None:
+    pairs = [(t, p, a) for t, parts in ctx.assignments.items() for p, a in parts.items()]
+    assert ctx.partitions_on_brokers(brokers) == {
+        TopicPartition(t, p) for t, p, a in pairs if brokers.intersection(a.replicas)
+    }
+    assert ctx.replicas_on_brokers(brokers) == {
+        PartitionAndReplica(TopicPartition(t, p), r) for t, p, a in pairs for r in a.replicas if r in brokers
+    }
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -119,7 +141,7 @@ def test_counted_states_equal_a_recount_after_random_writes(seed: int) -> None:
     choices = [PartitionState.NEW, PartitionState.ONLINE, PartitionState.OFFLINE]
     for _ in range(500):
         tp = TopicPartition(rng.choice(TOPICS), rng.randrange(5))
-        action = rng.randrange(6)
+        action = rng.randrange(7)
         if action <= 1:
             states[tp] = rng.choice(choices)
         elif action == 2:
@@ -130,6 +152,8 @@ def test_counted_states_equal_a_recount_after_random_writes(seed: int) -> None:
             del states[tp]
         elif action == 5 and rng.random() < 0.05:
             states.clear()
+        elif action == 6:  # an election slice's bulk write
+            states.set_many({TopicPartition(rng.choice(TOPICS), p) for p in range(3)}, rng.choice(choices))
         recount: dict[str, int] = {}
         for key, value in states.items():
             if value is PartitionState.OFFLINE:
@@ -154,7 +178,7 @@ def test_role_table_counts_equal_a_recount_after_random_writes(seed: int) -> Non
     state = BrokerState(broker_id=1)
     for _ in range(500):
         tp = TopicPartition(rng.choice(TOPICS), rng.randrange(5))
-        action = rng.randrange(5)
+        action = rng.randrange(6)
         if action <= 1:
             state.roles[tp] = _role(
                 rng.choice(["leader", "follower", "stopped"]),
@@ -167,6 +191,15 @@ def test_role_table_counts_equal_a_recount_after_random_writes(seed: int) -> Non
             del state.roles[tp]
         elif action == 4 and rng.random() < 0.05:
             state.roles.clear()
+        elif action == 5:  # a LeaderAndIsr slice's bulk write
+            state.roles.set_many(
+                {
+                    TopicPartition(rng.choice(TOPICS), p): _role(
+                        rng.choice(["leader", "follower", "stopped"]), rng.choice([1, 2]), (1, 2)
+                    )._replace(leader_epoch=rng.randrange(5))
+                    for p in range(rng.randrange(4))
+                }
+            )
         roles = state.roles.values()
         assert state.hosted_and_led() == (
             sum(1 for r in roles if r.role != "stopped"),
