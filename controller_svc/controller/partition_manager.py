@@ -89,12 +89,13 @@ class PartitionManager:
             self.batch.send(self.sink)
             raise
         self.batch.send(self.sink)
-        if refresh_metrics:
-            self.update_metrics()
         # The senders share this event loop: let them put the requests on the wire before
-        # the next (possibly long, CPU-bound) step of the operation.
+        # the next (possibly long, CPU-bound) step of the operation, the gauges' refresh
+        # included (it held a broker failure's new leaders back by its recount).
         for _ in range(3):
             await asyncio.sleep(0)
+        if refresh_metrics:
+            self.update_metrics()
 
     async def _encode_ahead(self) -> None:
         """Encode the batch's UpdateMetadata states into the context's cache in slices, yielding

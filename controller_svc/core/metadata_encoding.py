@@ -13,7 +13,7 @@ being deleted (what the encoding depends on beyond the two objects). Others are 
 
 from __future__ import annotations
 
-from controller_svc.common.metadata_digest import PARTITION_STATES_FIELD, as_field
+from controller_svc.common.metadata_digest import PARTITION_STATES_FIELD, as_field, varint
 from controller_svc.common.model import LeaderIsrAndControllerEpoch, ReplicaAssignment, TopicPartition
 from kcontroller.v1 import broker_pb2, common_pb2
 
@@ -64,3 +64,27 @@ def remember(
     encoded = encode_online(tp, state, assignment)
     cache[tp] = (state, assignment, encoded)
     return encoded
+
+
+# PartitionState.offline_replicas: the highest field number UpdateMetadata's common case sets.
+_OFFLINE_REPLICAS_TAG = bytes(
+    [(common_pb2.PartitionState.DESCRIPTOR.fields_by_name["offline_replicas"].number << 3) | 2]
+)
+if any(f.number > 12 for f in common_pb2.PartitionState.DESCRIPTOR.fields):
+    raise ImportError("PartitionState.offline_replicas must stay its last field (with_offline_replicas)")
+
+
+def with_offline_replicas(online_field: bytes, offline: list[int]) -> bytes | None:
+    """The field of a partition whose state and assignment encoded as `online_field` (as
+    `encode_online` makes it), with `offline` replicas: the same message with its last field
+    appended, which is how protobuf serializes it (fields in number order). A broker failure
+    sends this for every partition with a replica on it, just after encoding the same states
+    for its LeaderAndIsr. None for a broker id that is not a plain varint (negative)."""
+    if min(offline) < 0:
+        return None
+    start = 1  # after the field's tag: its length (a varint), then the message
+    while online_field[start] & 0x80:
+        start += 1
+    # Broker ids below 128 are one byte each, the bytes of the ids themselves (nearly always).
+    packed = bytes(offline) if max(offline) < 128 else b"".join([varint(r) for r in offline])
+    return as_field(online_field[start + 1 :] + _OFFLINE_REPLICAS_TAG + varint(len(packed)) + packed)

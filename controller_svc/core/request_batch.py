@@ -32,7 +32,7 @@ from controller_svc.common.model import (
     sorted_partitions,
 )
 from controller_svc.core.context import ControllerContext
-from controller_svc.core.metadata_encoding import encode_field, remember, state_message
+from controller_svc.core.metadata_encoding import encode_field, remember, state_message, with_offline_replicas
 from kcontroller.v1 import broker_pb2, common_pb2
 
 EPOCH_DURING_DELETE = -2
@@ -165,6 +165,13 @@ def metadata_partition_fields(ctx: ControllerContext, partitions: Iterable[Topic
                 if entry is not None and entry[0] is state and entry[1] is assignment and entry[2] == offline:
                     result.append(entry[3])
                     continue
+                online = cache.get(tp)  # encoded for this batch's LeaderAndIsr, often
+                if online is not None and online[0] is state and online[1] is assignment:
+                    derived = with_offline_replicas(online[2], offline)
+                    if derived is not None:
+                        offline_cache[tp] = (state, assignment, offline, derived)
+                        result.append(derived)
+                        continue
             # No empty offline list: upb builds these several times faster.
             message = state_message(tp, state, replicas, LEADER_DURING_DELETE if topic in deleting else state.leader)
             if offline:

@@ -7,7 +7,7 @@ is kept apart, valid for that list of offline replicas."""
 from __future__ import annotations
 
 from controller_svc.common.model import LeaderIsrAndControllerEpoch, ReplicaAssignment, TopicPartition
-from controller_svc.core.metadata_encoding import encode_online, remember
+from controller_svc.core.metadata_encoding import encode_field, encode_online, remember
 from controller_svc.core.request_batch import RequestBatch, metadata_partition_fields
 from kcontroller.v1 import broker_pb2
 from tests.unit.fakes import RecordingSink, context
@@ -107,3 +107,43 @@ def test_a_deleted_topic_leaves_nothing_in_the_cache() -> None:
     assert T0 in ctx.encoded_partition_states
     ctx.remove_topic("t")
     assert ctx.encoded_partition_states == {}
+
+
+def test_a_partition_with_offline_replicas_is_derived_from_its_online_encoding_byte_for_byte() -> None:
+    """with_offline_replicas (a broker failure's UpdateMetadata of the partitions its
+    LeaderAndIsr just encoded) against protobuf's own serialization, which the brokers' digests
+    re-make: any difference would show as every such topic resent at the next failover."""
+    import random
+
+    from controller_svc.core.metadata_encoding import state_message, with_offline_replicas
+
+    rng = random.Random(7)
+    for _ in range(300):
+        tp = TopicPartition(rng.choice(["t", "ü-topic", "x" * 150]), rng.choice([0, 1, 127, 128, 70000]))
+        replicas = rng.sample([0, 1, 2, 3, 200, 1000, 70000], rng.randrange(1, 5))
+        state = LeaderIsrAndControllerEpoch(
+            rng.choice([-1, 0, replicas[0]]),
+            rng.choice([0, 1, 300]),
+            tuple(rng.sample(replicas, rng.randrange(0, len(replicas) + 1))),
+            rng.choice([0, 5, 1 << 20]),
+            rng.choice([0, 1, 129]),
+        )
+        offline = rng.sample(replicas, rng.randrange(1, len(replicas) + 1))
+        online = encode_online(tp, state, ReplicaAssignment(tuple(replicas)))
+        expected = state_message(tp, state, list(replicas), state.leader)
+        expected.offline_replicas.extend(offline)
+        assert with_offline_replicas(online, offline) == encode_field(expected)
+    assert with_offline_replicas(online, [-3]) is None
+
+
+def test_a_batch_derives_the_offline_encoding_only_from_its_own_state_and_assignment() -> None:
+    ctx = _ctx()
+    # T1 has broker 4 offline; an online encoding of an older state is in the cache
+    old = LeaderIsrAndControllerEpoch(3, 1, (3,), 1, 1)
+    remember(ctx.encoded_partition_states, T1, old, ctx.assignments["t"][1])
+    t1 = _parse(metadata_partition_fields(ctx, [T1])).partition_states[0]
+    assert (t1.leader, t1.leader_epoch, list(t1.offline_replicas)) == (2, 3, [4])
+    # the current state's online encoding (a LeaderAndIsr's): derived from it, same message
+    ctx.encoded_offline_partition_states.clear()
+    remember(ctx.encoded_partition_states, T1, ctx.partition_states[T1], ctx.assignments["t"][1])
+    assert _parse(metadata_partition_fields(ctx, [T1])).partition_states[0] == t1
