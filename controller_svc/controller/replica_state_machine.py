@@ -26,7 +26,7 @@ from controller_svc.common.model import (
     sorted_replicas,
 )
 from controller_svc.common.state_change_log import StateChangeLog
-from controller_svc.controller.partition_state_machine import MAX_WRITE_ATTEMPTS, PartitionStateStore
+from controller_svc.controller.partition_state_machine import MAX_WRITE_ATTEMPTS, PartitionStateStore, WriteOutcome
 from controller_svc.core.context import ControllerContext, TopicReplicaKeys
 from controller_svc.core.replica_epochs import ReplicaEpochs
 from controller_svc.core.request_batch import RequestBatch
@@ -38,6 +38,8 @@ INITIALIZE_CHUNK = 50_000
 # Replicas of one broker taken out of their ISRs per slice (read, write, requests), between
 # two yields to the event loop.
 OFFLINE_SLICE = 20_000
+# Partitions per read and write of the ISR removal's pipeline (a multi's worth).
+ISR_REMOVAL_CHUNK = 1000
 _LEADER_EPOCH = operator.attrgetter("leader_epoch")
 _NOT_ONLINE: TopicReplicaKeys | None = TopicReplicaKeys({}, (), frozenset())  # sentinel
 
@@ -434,57 +436,10 @@ class ReplicaStateMachine:
         Returns the states written and, if ZooKeeper failed part-way, the error to raise once
         the caller has queued the requests of what was written."""
         updated: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
-        remaining = list(partitions)
-        # Kafka's doRemoveReplicasFromIsr reads the states from ZooKeeper first: the cache can
-        # miss an ISR a broker just grew (its notification not processed yet), and a replica
-        # missing from a stale ISR would stay in the real one (the simulation found that).
-        ctx = self.ctx
-        epoch = ctx.epoch
-        new = tuple.__new__  # the NamedTuple without its Python-level __new__ (per partition)
-        fresh = await self.store.read(remaining)
-        ctx.set_partition_states({tp: state for tp, state in fresh.items() if state is not None})
-        for _attempt in range(MAX_WRITE_ATTEMPTS):
-            proposals: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
-            states_get = ctx.partition_states.get
-            for tp in remaining:
-                current = states_get(tp)
-                if current is None or broker_id not in current.isr:
-                    continue
-                if current.controller_epoch > epoch:
-                    raise ControllerMovedError(
-                        f"{tp} was written by controller epoch {current.controller_epoch} > ours {epoch}"
-                    )
-                leader = NO_LEADER if current.leader == broker_id else current.leader
-                isr = current.isr if len(current.isr) == 1 else tuple([r for r in current.isr if r != broker_id])
-                proposals[tp] = new(
-                    LeaderIsrAndControllerEpoch, (leader, current.leader_epoch + 1, isr, current.zk_version, epoch)
-                )
-            if not proposals:
-                break
-            outcome = await self.store.update(proposals)
-            written = {
-                tp: new(LeaderIsrAndControllerEpoch, (*proposals[tp][:3], version, proposals[tp][4]))
-                for tp, version in outcome.written.items()
-            }
-            previous_states = {tp: ctx.partition_states[tp] for tp in written}
-            ctx.set_partition_states(written)
-            updated.update(written)
-            for tp, state in written.items():
-                previous = previous_states[tp]
-                if state.leader == NO_LEADER and previous.leader != NO_LEADER:
-                    self.state_log.record(
-                        "partition.offline",
-                        topic=tp.topic,
-                        partition=tp.partition,
-                        leader=NO_LEADER,
-                        leader_epoch=state.leader_epoch,
-                        isr=list(state.isr),
-                        prev_leader=previous.leader,
-                        controller_epoch=self.ctx.epoch,
-                    )
-            if outcome.error is not None:
-                return updated, outcome.error
-            remaining = sorted_partitions(outcome.conflicts)
+        remaining, error = await self._remove_from_isr_pipelined(broker_id, partitions, updated)
+        if error is not None:
+            return updated, error
+        for _attempt in range(MAX_WRITE_ATTEMPTS - 1):
             if not remaining:
                 break
             fresh = await self.store.read(remaining)
@@ -497,4 +452,120 @@ class ReplicaStateMachine:
                     # Our own write, applied with its reply lost (the retry met its version):
                     # nothing else announces it, so its requests go out as if just written.
                     updated[tp] = fresh_state
+            proposals = self._isr_removals(broker_id, remaining)
+            if not proposals:
+                break
+            outcome = await self.store.update(proposals)
+            self._apply_isr_removals(proposals, outcome, updated)
+            if outcome.error is not None:
+                return updated, outcome.error
+            remaining = sorted_partitions(outcome.conflicts)
         return updated, None
+
+    async def _remove_from_isr_pipelined(
+        self,
+        broker_id: int,
+        partitions: list[TopicPartition],
+        updated: dict[TopicPartition, LeaderIsrAndControllerEpoch],
+    ) -> tuple[list[TopicPartition], ControllerError | None]:
+        """The first attempt, a multi's worth of partitions at a time: every chunk's read is
+        sent at once, each chunk's write as soon as its read is in and its removals decided,
+        the outcomes acted on in order. Read, then written, then acted on as a whole, a broker
+        failure's 4k followers at 10k partitions took 120 ms of round trips one after another.
+        Kafka's doRemoveReplicasFromIsr reads the states from ZooKeeper first: the cache can
+        miss an ISR a broker just grew (its notification not processed yet), and a replica
+        missing from a stale ISR would stay in the real one (the simulation found that).
+        Returns the partitions whose znode moved under us, and ZooKeeper's failure if any."""
+        ctx = self.ctx
+        chunks = [partitions[i : i + ISR_REMOVAL_CHUNK] for i in range(0, len(partitions), ISR_REMOVAL_CHUNK)]
+        reads = [asyncio.ensure_future(self.store.read(chunk)) for chunk in chunks]
+        writes: list[tuple[dict[TopicPartition, LeaderIsrAndControllerEpoch], asyncio.Future[WriteOutcome]]] = []
+        conflicts: list[TopicPartition] = []
+        error: ControllerError | None = None
+        try:
+            for chunk, read in zip(chunks, reads, strict=True):
+                fresh = await read
+                ctx.set_partition_states({tp: state for tp, state in fresh.items() if state is not None})
+                proposals = self._isr_removals(broker_id, chunk)
+                if proposals:
+                    writes.append((proposals, asyncio.ensure_future(self.store.update(proposals))))
+            for index, (proposals, write) in enumerate(writes):
+                try:
+                    outcome = await write
+                except ControllerMovedError:
+                    raise
+                except Exception:
+                    # What the other writes committed is acted on before this is raised, so
+                    # their requests go out with the batch (a committed write is never dropped).
+                    for later_proposals, later in writes[index + 1 :]:
+                        try:
+                            self._apply_isr_removals(later_proposals, await later, updated)
+                        except Exception:
+                            continue
+                    raise
+                self._apply_isr_removals(proposals, outcome, updated)
+                conflicts.extend(outcome.conflicts)
+                if outcome.error is not None and error is None:
+                    error = outcome.error
+        except BaseException:
+            # A moved controller, a cancelled operation, a failed read: nothing is left running.
+            futures: list[asyncio.Future[object]] = [*reads, *(w for _, w in writes)]  # type: ignore[list-item]
+            outstanding = [f for f in futures if not f.done()]
+            for future in outstanding:
+                future.cancel()
+            await asyncio.gather(*outstanding, return_exceptions=True)
+            raise
+        return sorted_partitions(conflicts), error
+
+    def _isr_removals(
+        self, broker_id: int, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, LeaderIsrAndControllerEpoch]:
+        """The states to write for the partitions whose cached ISR holds `broker_id`."""
+        ctx = self.ctx
+        epoch = ctx.epoch
+        new = tuple.__new__  # the NamedTuple without its Python-level __new__ (per partition)
+        states_get = ctx.partition_states.get
+        proposals: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
+        for tp in partitions:
+            current = states_get(tp)
+            if current is None or broker_id not in current.isr:
+                continue
+            if current.controller_epoch > epoch:
+                raise ControllerMovedError(
+                    f"{tp} was written by controller epoch {current.controller_epoch} > ours {epoch}"
+                )
+            leader = NO_LEADER if current.leader == broker_id else current.leader
+            isr = current.isr if len(current.isr) == 1 else tuple([r for r in current.isr if r != broker_id])
+            proposals[tp] = new(
+                LeaderIsrAndControllerEpoch, (leader, current.leader_epoch + 1, isr, current.zk_version, epoch)
+            )
+        return proposals
+
+    def _apply_isr_removals(
+        self,
+        proposals: dict[TopicPartition, LeaderIsrAndControllerEpoch],
+        outcome: WriteOutcome,
+        updated: dict[TopicPartition, LeaderIsrAndControllerEpoch],
+    ) -> None:
+        ctx = self.ctx
+        new = tuple.__new__
+        written = {
+            tp: new(LeaderIsrAndControllerEpoch, (*proposals[tp][:3], version, proposals[tp][4]))
+            for tp, version in outcome.written.items()
+        }
+        previous_states = {tp: ctx.partition_states[tp] for tp in written}
+        ctx.set_partition_states(written)
+        updated.update(written)
+        for tp, state in written.items():
+            previous = previous_states[tp]
+            if state.leader == NO_LEADER and previous.leader != NO_LEADER:
+                self.state_log.record(
+                    "partition.offline",
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    leader=NO_LEADER,
+                    leader_epoch=state.leader_epoch,
+                    isr=list(state.isr),
+                    prev_leader=previous.leader,
+                    controller_epoch=ctx.epoch,
+                )

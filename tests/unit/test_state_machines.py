@@ -464,3 +464,57 @@ async def test_a_moved_controller_among_the_slices_outranks_a_refused_one(monkey
     with pytest.raises(ControllerMovedError):
         await psm.handle_state_changes(ctx.all_partitions(), PartitionState.ONLINE, ElectionStrategy.PREFERRED)
     batch.clear()
+
+
+@pytest.mark.parametrize("fault", [None, "unavailable", "conflict"])
+async def test_isr_removal_reads_all_its_chunks_at_once_and_acts_on_each_write_as_one_pass(
+    monkeypatch: pytest.MonkeyPatch, fault: str | None
+) -> None:
+    """The ISR removal's first attempt (ISR_REMOVAL_CHUNK, here 2 of 5 partitions) sends every
+    chunk's read before any write, each chunk's write once its read is in: the same outcome as
+    one read and one write. ZooKeeper failing after 3 writes leaves the committed ones'
+    requests in the batch; a znode that moved under a chunk's write is read again and written."""
+    from controller_svc.controller import replica_state_machine
+
+    monkeypatch.setattr(replica_state_machine, "ISR_REMOVAL_CHUNK", 2)
+    ctx, store, batch, psm, rsm = machines(assignment={p: [2, 1, 3] for p in range(5)})
+    await bring_online(ctx, store, batch, psm, rsm)
+    replicas = [PartitionAndReplica(TopicPartition("t", p), 1) for p in range(5)]
+    calls: list[str] = []
+    bumped: list[TopicPartition] = []
+    read, update = store.read, store.update
+
+    async def logged_read(partitions: Any) -> Any:
+        calls.append(f"read {len(partitions)}")
+        return await read(partitions)
+
+    async def logged_update(states: Any) -> Any:
+        calls.append(f"write {len(states)}")
+        moved = TopicPartition("t", 3)
+        if fault == "conflict" and moved in states and not bumped:
+            bumped.append(moved)
+            store.bump(moved, (2, 1, 3))  # a broker's ISR write between our read and our write
+        return await update(states)
+
+    monkeypatch.setattr(store, "read", logged_read)
+    monkeypatch.setattr(store, "update", logged_update)
+    batch.new_batch()
+    if fault == "unavailable":
+        store.unavailable_after = store.writes + 3
+        with pytest.raises(ZkUnavailableError):
+            await rsm.handle_state_changes(replicas, ReplicaState.OFFLINE)
+    else:
+        await rsm.handle_state_changes(replicas, ReplicaState.OFFLINE)
+    told = set(batch.leader_and_isr.get(2, {})) & set(batch.leader_and_isr.get(3, {}))
+    batch.clear()
+    written = {tp for tp in store.znodes if 1 not in store.znodes[tp].isr}
+    everything = {r.tp for r in replicas}
+    assert written == (everything if fault != "unavailable" else {r.tp for r in replicas[:3]})
+    assert told == written
+    assert all(rsm.state(r) is ReplicaState.OFFLINE for r in replicas)
+    assert calls[:3] == ["read 2", "read 2", "read 1"]  # all reads out before the first write
+    if fault is None:
+        assert calls == ["read 2", "read 2", "read 1", "write 2", "write 2", "write 1"]
+    if fault == "conflict":  # the moved znode read again and written at its new version
+        assert calls == ["read 2", "read 2", "read 1", "write 2", "write 2", "write 1", "read 1", "write 1"]
+        assert store.znodes[TopicPartition("t", 3)].isr == (2, 3)
