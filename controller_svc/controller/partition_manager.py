@@ -217,13 +217,25 @@ class PartitionManager:
     async def on_replicas_become_offline(self, offline: set[PartitionAndReplica]) -> None:
         """Partitions whose leader went offline go Offline and are re-elected; the offline
         replicas go OfflineReplica (leave the ISR)."""
-        with_offline_leader = [
-            tp
-            for tp, state in self.ctx.partition_states.items()
-            if not self.ctx.is_replica_online(state.leader, tp)
-            and not self.ctx.is_topic_queued_for_deletion(tp.topic)
-            and self.psm.state(tp) is not PartitionState.NEW
-        ]
+        ctx = self.ctx
+        deleting = ctx.topics_to_be_deleted
+        states = self.psm.states
+        new = PartitionState.NEW
+        if any(ctx.replicas_on_offline_dirs.values()):
+            with_offline_leader = [
+                tp
+                for tp, state in ctx.partition_states.items()
+                if not ctx.is_replica_online(state.leader, tp) and tp[0] not in deleting and states.get(tp) is not new
+            ]
+        else:
+            # A leader is online when its broker is live and not shutting down: one set lookup
+            # per partition of this full scan (Kafka's partitionsWithOfflineLeader), not a call.
+            online = ctx.live_broker_ids
+            with_offline_leader = [
+                tp
+                for tp, state in ctx.partition_states.items()
+                if state.leader not in online and tp[0] not in deleting and states.get(tp) is not new
+            ]
         # New leaders first, in their own batch, so brokers serve again before the (longer) ISR
         # clean-up of the offline followers is written; Kafka sends after each step too.
         async with self.operation():
