@@ -5,9 +5,9 @@ No I/O. Only the event consumer task reads or changes it (one owner of state).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from controller_svc.common.model import (
     BrokerInfo,
@@ -18,6 +18,21 @@ from controller_svc.common.model import (
 )
 from controller_svc.core.metadata_encoding import EncodedStates
 from controller_svc.core.tracked import TopicAssignments, TopicKeyed
+
+_T = TypeVar("_T")
+
+
+def _partitions_per_broker(parts: dict[int, ReplicaAssignment]) -> dict[int, list[int]]:
+    """Broker -> the partitions of `parts` with a replica on it."""
+    by_broker: dict[int, list[int]] = {}
+    for p, a in parts.items():
+        for r in a.replicas:
+            held = by_broker.get(r)
+            if held is None:
+                by_broker[r] = [p]
+            else:
+                held.append(p)
+    return by_broker
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,25 +229,27 @@ class ControllerContext:
         topics whose assignments were written since the last call: a broker's failure, start-up
         or controlled shutdown (each of its retries) scanned every assignment for its replicas
         (0.5 s at 1M partitions), as Kafka's partitionsOnBroker does."""
-        index = self._by_broker_per_topic
-        everything, written = self._tracked_assignments().take_dirty(TopicAssignments.BY_BROKER)
+        return self._refresh_topic_index(self._by_broker_per_topic, TopicAssignments.BY_BROKER, _partitions_per_broker)
+
+    def _refresh_topic_index(
+        self,
+        index: dict[str, _T],
+        consumer: int,
+        entry: Callable[[dict[int, ReplicaAssignment]], _T],
+    ) -> dict[str, _T]:
+        """An index kept per topic (`entry` of its assignments, the topic left out where that is
+        empty), made again only for the topics written since `consumer`'s last call."""
+        everything, written = self._tracked_assignments().take_dirty(consumer)
         if everything:
             index.clear()
         assignments = self.assignments
         for topic in assignments if everything else written:
             parts = assignments.get(topic)
-            if not parts:
+            value = entry(parts) if parts else None
+            if value:
+                index[topic] = value
+            else:
                 index.pop(topic, None)
-                continue
-            by_broker: dict[int, list[int]] = {}
-            for p, a in parts.items():
-                for r in a.replicas:
-                    held = by_broker.get(r)
-                    if held is None:
-                        by_broker[r] = [p]
-                    else:
-                        held.append(p)
-            index[topic] = by_broker
         return index
 
     def partitions_led_by(self, broker_ids: Iterable[int]) -> set[TopicPartition]:
@@ -251,18 +268,11 @@ class ControllerContext:
         last call: a full scan of 1M assignments is 0.3 s, and this is read at failover by
         several steps, by the reassignment gauge after every operation and by each ISR
         change notification."""
-        index = self._reassigning_per_topic
-        everything, written = self._tracked_assignments().take_dirty(TopicAssignments.REASSIGNING)
-        if everything:
-            index.clear()
-        assignments = self.assignments
-        for topic in assignments if everything else written:
-            parts = assignments.get(topic)
-            reassigning = [p for p, a in parts.items() if a.adding or a.removing] if parts else []
-            if reassigning:
-                index[topic] = reassigning
-            else:
-                index.pop(topic, None)
+        index = self._refresh_topic_index(
+            self._reassigning_per_topic,
+            TopicAssignments.REASSIGNING,
+            lambda parts: [p for p, a in parts.items() if a.adding or a.removing],
+        )
         return {TopicPartition(t, p) for t, partitions in index.items() for p in partitions}
 
     def is_known_broker(self, broker_id: int) -> bool:
