@@ -160,6 +160,32 @@ def caught_up_followers(
     return due
 
 
+def registered_only(
+    state: BrokerState,
+    due: dict[TopicPartition, tuple[int, ...]],
+    registered: set[int],
+    first_seen: dict[tuple[TopicPartition, int], float],
+) -> dict[TopicPartition, tuple[int, ...]]:
+    """Pure: the expansions of `due` with only followers ZooKeeper still has registered. Our
+    live brokers come from the last UpdateMetadata, which reaches a new leader after the
+    LeaderAndIsr that made it one: in between, a broker that just died still looks live, and
+    in Kafka it could never catch up (a dead broker does not fetch). Such a follower's wait
+    starts again (`first_seen`) once it is registered."""
+    kept: dict[TopicPartition, tuple[int, ...]] = {}
+    for tp, isr in due.items():
+        role = state.roles.get(tp)
+        if role is None:
+            continue
+        joining = [r for r in isr if r not in role.isr]
+        for r in joining:
+            if r not in registered:
+                first_seen.pop((tp, r), None)
+        new_isr = tuple(r for r in isr if r in role.isr or r in registered)
+        if new_isr != role.isr:
+            kept[tp] = new_isr
+    return kept
+
+
 async def write_log_dir_event(zk: ZkClient, broker_id: int) -> None:
     """LogDirFailureChannel -> /log_dir_event_notification/log_dir_event_<seq>."""
     data = codecs.encode_log_dir_event(broker_id)

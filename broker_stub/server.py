@@ -12,6 +12,7 @@ import grpc
 from broker_stub import isr, metrics, replica_manager
 from broker_stub.replica_manager import ControlRequest
 from broker_stub.state import BrokerState, PartitionRole
+from controller_svc.adapters.zk import paths
 from controller_svc.adapters.zk.client import ZkClient
 from controller_svc.common import gc_policy, logging_setup
 from controller_svc.common.errors import ControllerError, ErrorCode
@@ -291,6 +292,9 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
                 # The loop's clock (virtual in the simulation tier), not the wall's.
                 self.state, self._first_seen, asyncio.get_running_loop().time(), self.catchup_delay_s, self._candidates
             )
+            if due:
+                registered = {int(b) for b in await self.zk.get_children(paths.BROKER_IDS) if b.isdigit()}
+                due = isr.registered_only(self.state, due, registered, self._first_seen)
             if not due:
                 return 0
             results = await isr.update_isrs(self.zk, self.state, due)

@@ -8,12 +8,14 @@ replicas. Invalid transitions are logged and refused.
 from __future__ import annotations
 
 import asyncio
+import collections
 import enum
 import itertools
 import logging
 import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from controller_svc.common.errors import ControllerError, ControllerMovedError
 from controller_svc.common.model import (
@@ -38,8 +40,10 @@ INITIALIZE_CHUNK = 50_000
 # Replicas of one broker taken out of their ISRs per slice (read, write, requests), between
 # two yields to the event loop.
 OFFLINE_SLICE = 20_000
-# Partitions per read and write of the ISR removal's pipeline (a multi's worth).
+# Partitions per read and write of the ISR removal's pipeline (a multi's worth), and the reads
+# and the writes each outstanding at most.
 ISR_REMOVAL_CHUNK = 1000
+ISR_REMOVAL_IN_FLIGHT = 8
 _LEADER_EPOCH = operator.attrgetter("leader_epoch")
 _NOT_ONLINE: TopicReplicaKeys | None = TopicReplicaKeys({}, (), frozenset())  # sentinel
 
@@ -468,28 +472,45 @@ class ReplicaStateMachine:
         partitions: list[TopicPartition],
         updated: dict[TopicPartition, LeaderIsrAndControllerEpoch],
     ) -> tuple[list[TopicPartition], ControllerError | None]:
-        """The first attempt, a multi's worth of partitions at a time: every chunk's read is
-        sent at once, each chunk's write as soon as its read is in and its removals decided,
-        the outcomes acted on in order. Read, then written, then acted on as a whole, a broker
+        """The first attempt, a multi's worth of partitions at a time: chunks are read up to
+        ISR_REMOVAL_IN_FLIGHT ahead, each chunk's write sent as soon as its read is in and its
+        removals decided (up to ISR_REMOVAL_IN_FLIGHT outstanding), the outcomes acted on in
+        order. Read, then written, then acted on as a whole, a broker
         failure's 4k followers at 10k partitions took 120 ms of round trips one after another.
         Kafka's doRemoveReplicasFromIsr reads the states from ZooKeeper first: the cache can
         miss an ISR a broker just grew (its notification not processed yet), and a replica
         missing from a stale ISR would stay in the real one (the simulation found that).
         Returns the partitions whose znode moved under us, and ZooKeeper's failure if any."""
         ctx = self.ctx
-        chunks = [partitions[i : i + ISR_REMOVAL_CHUNK] for i in range(0, len(partitions), ISR_REMOVAL_CHUNK)]
-        reads = [asyncio.ensure_future(self.store.read(chunk)) for chunk in chunks]
-        writes: list[tuple[dict[TopicPartition, LeaderIsrAndControllerEpoch], asyncio.Future[WriteOutcome]]] = []
+        chunks = iter(range(0, len(partitions), ISR_REMOVAL_CHUNK))
+        reads: collections.deque[tuple[list[TopicPartition], asyncio.Future[dict[TopicPartition, Any]]]]
+        reads = collections.deque()
+        writes: collections.deque[
+            tuple[dict[TopicPartition, LeaderIsrAndControllerEpoch], asyncio.Future[WriteOutcome]]
+        ] = collections.deque()
         conflicts: list[TopicPartition] = []
         error: ControllerError | None = None
+
+        def read_next() -> None:
+            start = next(chunks, None)
+            if start is not None:
+                chunk = partitions[start : start + ISR_REMOVAL_CHUNK]
+                reads.append((chunk, asyncio.ensure_future(self.store.read(chunk))))
+
         try:
-            for chunk, read in zip(chunks, reads, strict=True):
-                fresh = await read
-                ctx.set_partition_states({tp: state for tp, state in fresh.items() if state is not None})
-                proposals = self._isr_removals(broker_id, chunk)
-                if proposals:
-                    writes.append((proposals, asyncio.ensure_future(self.store.update(proposals))))
-            for index, (proposals, write) in enumerate(writes):
+            for _ in range(ISR_REMOVAL_IN_FLIGHT):
+                read_next()
+            while writes or (reads and error is None):
+                if reads and error is None and len(writes) < ISR_REMOVAL_IN_FLIGHT:
+                    chunk, read = reads.popleft()
+                    fresh = await read
+                    read_next()
+                    ctx.set_partition_states({tp: state for tp, state in fresh.items() if state is not None})
+                    proposals = self._isr_removals(broker_id, chunk)
+                    if proposals:
+                        writes.append((proposals, asyncio.ensure_future(self.store.update(proposals))))
+                    continue
+                proposals, write = writes.popleft()
                 try:
                     outcome = await write
                 except ControllerMovedError:
@@ -497,7 +518,8 @@ class ReplicaStateMachine:
                 except Exception:
                     # What the other writes committed is acted on before this is raised, so
                     # their requests go out with the batch (a committed write is never dropped).
-                    for later_proposals, later in writes[index + 1 :]:
+                    while writes:
+                        later_proposals, later = writes.popleft()
                         try:
                             self._apply_isr_removals(later_proposals, await later, updated)
                         except Exception:
@@ -506,15 +528,18 @@ class ReplicaStateMachine:
                 self._apply_isr_removals(proposals, outcome, updated)
                 conflicts.extend(outcome.conflicts)
                 if outcome.error is not None and error is None:
+                    # ZooKeeper stopped answering: no more is sent, what is out is acted on.
                     error = outcome.error
         except BaseException:
             # A moved controller, a cancelled operation, a failed read: nothing is left running.
-            futures: list[asyncio.Future[object]] = [*reads, *(w for _, w in writes)]  # type: ignore[list-item]
-            outstanding = [f for f in futures if not f.done()]
-            for future in outstanding:
+            futures: list[asyncio.Future[Any]] = [*(r for _, r in reads), *(w for _, w in writes)]
+            for future in futures:
                 future.cancel()
-            await asyncio.gather(*outstanding, return_exceptions=True)
+            await asyncio.gather(*futures, return_exceptions=True)
             raise
+        for _, read in reads:  # reads ahead of a ZooKeeper failure
+            read.cancel()
+        await asyncio.gather(*(read for _, read in reads), return_exceptions=True)
         return sorted_partitions(conflicts), error
 
     def _isr_removals(

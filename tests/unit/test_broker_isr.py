@@ -44,3 +44,20 @@ def test_lagging_dead_and_offline_dir_replicas_do_not_rejoin() -> None:
     state.offline_log_dirs.add("d0")
     state.live_brokers[3] = common_pb2.LiveBroker(id=3)
     assert caught_up_followers(state, first_seen, now=100.0, delay_s=1.0) == {}
+
+
+def test_a_follower_no_longer_registered_does_not_rejoin_though_our_metadata_says_live() -> None:
+    """A new leader applies its LeaderAndIsr before the UpdateMetadata that drops a dead broker
+    from its live brokers; in between the dead follower looked caught up (at 1M partitions the
+    leaders then wrote hundreds of thousands of ISR expansions naming a dead broker)."""
+    from broker_stub.isr import registered_only
+
+    state = leader_state(isr=(1,), live=(1, 2, 3))  # 3 died; the UpdateMetadata has not come
+    first_seen: dict[tuple[TopicPartition, int], float] = {}
+    caught_up_followers(state, first_seen, now=0.0, delay_s=1.0)
+    due = caught_up_followers(state, first_seen, now=5.0, delay_s=1.0)
+    assert due == {T0: (1, 2, 3)}
+    assert registered_only(state, due, {1, 2}, first_seen) == {T0: (1, 2)}
+    assert (T0, 3) not in first_seen and (T0, 2) in first_seen  # 3's wait starts again
+    assert registered_only(state, {T0: (1, 3)}, {1, 2}, first_seen) == {}  # nothing left to add
+    assert registered_only(state, due, {1, 2, 3}, first_seen) == due

@@ -3,6 +3,8 @@ znode in series). Corrupt znodes are reported, counted and skipped; they never s
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import functools
 import logging
 from collections.abc import Sequence
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 
 from controller_svc.adapters.zk import codecs, paths
 from controller_svc.adapters.zk.client import ZkClient, ZnodeStat
+from controller_svc.adapters.zk.wire import MULTI_READ_BATCH
 from controller_svc.common import metrics
 from controller_svc.common.errors import ControllerError, CorruptZnodeError
 from controller_svc.common.model import BrokerInfo, LeaderIsrAndControllerEpoch, ReplicaAssignment, TopicPartition
@@ -17,6 +20,9 @@ from controller_svc.core.context import ControllerContext
 from controller_svc.core.topics import validate_assignment
 
 log = logging.getLogger(__name__)
+
+# multiRead batches of partition states outstanding ahead of the one being decoded.
+READ_AHEAD = 32
 
 
 async def load_brokers(zk: ZkClient, watch: bool) -> dict[int, BrokerInfo]:
@@ -121,16 +127,44 @@ def decode_config_read(topic: str, got: tuple[bytes, ZnodeStat]) -> dict[str, st
 
 
 async def load_partition_states(zk: ZkClient, ctx: ControllerContext, partitions: Sequence[TopicPartition]) -> None:
+    """Batches are read READ_AHEAD at a time ahead of the one being decoded, each decoded as
+    soon as it is in while ZooKeeper serves the later ones: read in full, then decoded, a cold
+    failover's load at 100k partitions took the reads and then the decoding, one after the
+    other (2.1x the reads alone)."""
     state_paths = [paths.partition_state_path(tp.topic, tp.partition) for tp in partitions]
-    states = await zk.get_many(state_paths)
+    starts = iter(range(0, len(state_paths), MULTI_READ_BATCH))
+    reads: collections.deque[tuple[int, asyncio.Future[list[tuple[bytes, ZnodeStat] | None]]]] = collections.deque()
+
+    def read_next() -> None:
+        start = next(starts, None)
+        if start is not None:
+            batch = state_paths[start : start + MULTI_READ_BATCH]
+            reads.append((start, asyncio.ensure_future(zk.get_many(batch))))
+
     decoded: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
-    for tp, path, got in zip(partitions, state_paths, states, strict=True):
-        if got is None:
-            ctx.partition_states.pop(tp, None)
-            continue
-        state = decode_state_read(tp, path, got)
-        if state is not None:
-            decoded[tp] = state
+    missing: list[TopicPartition] = []
+    try:
+        for _ in range(READ_AHEAD):
+            read_next()
+        while reads:
+            start, read = reads.popleft()
+            states = await read
+            read_next()
+            for offset, got in enumerate(states):
+                tp = partitions[start + offset]
+                if got is None:
+                    missing.append(tp)
+                    continue
+                state = decode_state_read(tp, state_paths[start + offset], got)
+                if state is not None:
+                    decoded[tp] = state
+    except BaseException:
+        for _, read in reads:
+            read.cancel()
+        await asyncio.gather(*(read for _, read in reads), return_exceptions=True)
+        raise
+    for tp in missing:
+        ctx.partition_states.pop(tp, None)
     ctx.partition_states.update(decoded)  # one bulk write (core/tracked.py)
 
 
