@@ -115,7 +115,8 @@ def elect(
             return ElectionResult(None, epoch, isr, False)
         if leader not in isr:
             return ElectionResult(leader, epoch, (leader,), True)
-        return ElectionResult(leader, epoch, tuple([r for r in isr if r in live]), False)
+        # The ISR keeps its live replicas (`live` may name every live broker).
+        return ElectionResult(leader, epoch, tuple([r for r in isr if r in live and r in replicas]), False)
     if strategy is ElectionStrategy.REASSIGN:
         leader = reassign_partition_leader_election(assignment.target_replicas, isr, live)
         return ElectionResult(leader, epoch, isr, False)

@@ -85,6 +85,15 @@ def test_offline_election_new_isr_is_the_live_isr_and_epoch_bumps() -> None:
     assert result == el.ElectionResult(2, 6, (2, 3), False)
 
 
+def test_offline_election_given_every_live_broker_keeps_only_replicas_in_the_isr() -> None:
+    # The partition state machine passes the live brokers (not the partition's online replicas);
+    # 4 is live but no replica of this partition (an ISR no controller would have written).
+    result = el.elect(
+        el.ElectionStrategy.OFFLINE, ReplicaAssignment((1, 2, 3)), state(1, (1, 4, 2)), {2, 3, 4, 5}, set(), False
+    )
+    assert result == el.ElectionResult(2, 6, (2,), False)
+
+
 def test_unclean_offline_election_is_flagged_and_isr_is_the_leader_alone() -> None:
     result = el.elect(el.ElectionStrategy.OFFLINE, ReplicaAssignment((1, 2, 3)), state(1, (1,)), {3}, set(), True)
     assert result == el.ElectionResult(3, 6, (3,), True)

@@ -234,8 +234,12 @@ def test_the_collector_freezes_only_after_a_bulk_load() -> None:
         assert not gc_policy.freeze_after_bulk_load("a small request", gc_policy.BULK_THRESHOLD - 1)
         assert gc.get_freeze_count() == 0
         assert gc_policy.freeze_after_bulk_load("a bulk load", gc_policy.BULK_THRESHOLD)
-        assert gc.get_freeze_count() > 0
-        assert gc_policy.FROZEN_OBJECTS._value.get() == gc.get_freeze_count()
+        after = gc.get_freeze_count()
+        assert after > 0
+        # The gauge is the count at the freeze; frozen objects can only leave since (freed by
+        # reference counting, by this thread or another test's), never join without a freeze.
+        gauge = gc_policy.FROZEN_OBJECTS._value.get()
+        assert 0.99 * gauge <= after <= gauge
     finally:
         gc.unfreeze()
 
