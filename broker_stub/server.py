@@ -188,7 +188,7 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
     ) -> replica_manager.ApplyResult:
         """Fence the request, then apply its partitions APPLY_SLICE at a time, yielding to the
         loop between slices (the caller holds the lock: requests still apply one at a time, in
-        order). A 10k-partition LeaderAndIsr held the broker's loop for 100+ ms in one step, and
+        order). A 10k-partition LeaderAndIsr held the broker's loop for all of its application, and
         a shutting-down broker, whose own demotion is such a request, could act on its
         controller's answer only after it: each partition's change is whole, as in Kafka, where
         becomeLeaderOrFollower changes partitions one by one under their own locks."""

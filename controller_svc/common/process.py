@@ -77,9 +77,9 @@ def run_process(kind: str, args: argparse.Namespace, runner: Callable[[cfg.Confi
 def exit_now(code: int) -> NoReturn:
     """End the process once its runner has returned: everything it owned (ZooKeeper session,
     gRPC server, state-change log) is closed by then, and only the interpreter's finalization
-    is left, which frees every object one by one and joins gRPC's threads: 80 ms of a
-    10k-partition broker's controlled shutdown (`bench.controlled_shutdown`), seconds at 1M
-    partitions, with nothing to show for it. Logs and standard streams are flushed first."""
+    is left, which frees every object one by one and joins gRPC's threads, work that grows
+    with the partitions held and has nothing to show for it. Logs and standard streams are
+    flushed first."""
     import logging
     import os
 
