@@ -7,15 +7,17 @@ the ISR). The answer lists what it still leads, and the broker retries until tha
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
 from controller_svc.common.errors import ErrorCode
-from controller_svc.common.model import PartitionAndReplica, TopicPartition, sorted_partitions
+from controller_svc.common.model import PartitionAndReplica, TopicPartition
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.controller.partition_manager import PartitionManager
 from controller_svc.controller.partition_state_machine import PartitionState
 from controller_svc.controller.replica_state_machine import ReplicaState
+from controller_svc.controller.slices import SCAN_SLICE, keep_in_slices
 from controller_svc.core.context import ControllerContext
 from controller_svc.core.election import ElectionStrategy
 
@@ -29,12 +31,68 @@ class ShutdownOutcome:
     remaining: tuple[TopicPartition, ...] = ()
 
 
-def replicated_partitions_led_by(ctx: ControllerContext, broker_id: int) -> list[TopicPartition]:
-    return sorted(
-        tp
-        for tp, state in ctx.partition_states.items()
-        if state.leader == broker_id and len(ctx.replicas(tp)) > 1 and not ctx.is_topic_queued_for_deletion(tp.topic)
-    )
+async def replicated_partitions_led_by(ctx: ControllerContext, broker_id: int) -> list[TopicPartition]:
+    """The partitions `broker_id` leads with more than one replica, not being deleted, in order
+    (KafkaController.replicatedPartitionsBrokerLeads): every partition state is examined, as
+    there, a topic at a time, yielding every SCAN_SLICE partitions."""
+    led: list[TopicPartition] = []
+    states = ctx.partition_states
+    new = tuple.__new__  # the NamedTuple without its Python-level __new__
+    examined = 0
+    for topic in sorted(ctx.assignments):
+        parts = ctx.assignments.get(topic)
+        if not parts or ctx.is_topic_queued_for_deletion(topic):
+            continue
+        for partition in sorted(parts):
+            tp = new(TopicPartition, (topic, partition))
+            state = states.get(tp)
+            if state is not None and state.leader == broker_id and len(parts[partition].replicas) > 1:
+                led.append(tp)
+        examined += len(parts)
+        if examined >= SCAN_SLICE:
+            examined = 0
+            await asyncio.sleep(0)
+    return led
+
+
+async def _replicated_on_broker(
+    ctx: ControllerContext, broker_id: int
+) -> tuple[list[TopicPartition], list[TopicPartition]]:
+    """(led, followed): the partitions with a replica on `broker_id`, more than one replica, a
+    state and a topic not being deleted, split by whether the broker leads them, in order;
+    yielding every SCAN_SLICE partitions."""
+    leading: list[TopicPartition] = []
+    following: list[TopicPartition] = []
+    states = ctx.partition_states
+    new = tuple.__new__
+    examined = 0
+    for topic, partitions in ctx.partitions_on_broker_by_topic(broker_id):
+        parts = ctx.assignments.get(topic)
+        if not parts or ctx.is_topic_queued_for_deletion(topic):
+            continue
+        for partition in partitions:
+            assignment = parts.get(partition)
+            tp = new(TopicPartition, (topic, partition))
+            state = states.get(tp)
+            if assignment is None or state is None or len(assignment.replicas) <= 1:
+                continue
+            (leading if state.leader == broker_id else following).append(tp)
+        examined += len(partitions)
+        if examined >= SCAN_SLICE:
+            examined = 0
+            await asyncio.sleep(0)
+    return leading, following
+
+
+async def _not_yet_offline(
+    partitions: PartitionManager, broker_id: int, followed: list[TopicPartition]
+) -> list[PartitionAndReplica]:
+    """The broker's replicas of `followed` that are not Offline yet (a retry finds most of them
+    done)."""
+    state = partitions.rsm.state
+    offline = ReplicaState.OFFLINE
+    replicas = [PartitionAndReplica(tp, broker_id) for tp in followed]
+    return await keep_in_slices(replicas, lambda replica: state(replica) is not offline)
 
 
 async def controlled_shutdown(
@@ -54,24 +112,13 @@ async def controlled_shutdown(
             "broker.controlled_shutdown", broker_id=broker_id, broker_epoch=current_epoch, controller_epoch=ctx.epoch
         )
     ctx.shutting_down_broker_ids.add(broker_id)
-    on_broker = [
-        tp
-        for tp in ctx.partitions_on_brokers([broker_id])
-        if len(ctx.replicas(tp)) > 1 and tp in ctx.partition_states and not ctx.is_topic_queued_for_deletion(tp.topic)
-    ]
-    # sorted_partitions: 1M-partition sorts otherwise hold the GIL for seconds (common/model.py)
-    leading = sorted_partitions(tp for tp in on_broker if ctx.partition_states[tp].leader == broker_id)
-    following = [
-        PartitionAndReplica(tp, broker_id)
-        for tp in sorted_partitions(on_broker)
-        if ctx.partition_states[tp].leader != broker_id
-    ]
+    leading, followed = await _replicated_on_broker(ctx, broker_id)
     async with partitions.operation():
         await partitions.psm.handle_state_changes(leading, PartitionState.ONLINE, ElectionStrategy.CONTROLLED_SHUTDOWN)
         await partitions.rsm.handle_state_changes(
-            [r for r in following if partitions.rsm.state(r) is not ReplicaState.OFFLINE], ReplicaState.OFFLINE
+            await _not_yet_offline(partitions, broker_id, followed), ReplicaState.OFFLINE
         )
-    remaining = tuple(replicated_partitions_led_by(ctx, broker_id))
+    remaining = tuple(await replicated_partitions_led_by(ctx, broker_id))
     log.info(
         "controlled shutdown of broker %d: %d partitions moved, %d still led",
         broker_id,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,20 +19,19 @@ from controller_svc.common.model import PartitionAndReplica, TopicPartition
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.controller.partition_state_machine import PartitionState, PartitionStateMachine, PartitionStateStore
 from controller_svc.controller.replica_state_machine import INITIALIZE_CHUNK, ReplicaState, ReplicaStateMachine
+from controller_svc.controller.slices import SCAN_SLICE, keep_in_slices
 from controller_svc.core.context import ControllerContext
 from controller_svc.core.replica_epochs import MetadataDigests, ReplicaEpochs, topics_lacking
 from controller_svc.core.request_batch import (
+    BUILD_SLICE,
     RequestBatch,
     RequestSink,
     StopReplicaCallback,
-    metadata_partition_fields,
     metadata_topic_digests,
 )
 
 log = logging.getLogger(__name__)
 
-# UpdateMetadata states encoded per slice ahead of a large batch's send (tens of ms).
-ENCODE_AHEAD_SLICE = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,33 +80,42 @@ class PartitionManager:
         self.batch.new_batch()
         try:
             yield self.batch
-            await self._encode_ahead()
+            built = await self._build()
         except ControllerMovedError:
             self.batch.clear()
             raise
         except BaseException:
             self.batch.send(self.sink)
             raise
-        self.batch.send(self.sink)
+        self.batch.send(self.sink, built)
         # The senders share this event loop: let them put the requests on the wire before
         # the next (possibly long, CPU-bound) step of the operation, the gauges' refresh
         # included (it held a broker failure's new leaders back by its recount).
         for _ in range(3):
             await asyncio.sleep(0)
         if refresh_metrics:
+            # The imbalance gauge recounts every written topic: all of them at 1M partitions
+            # after a controlled shutdown (half a second in one step), so in steps.
+            done = self.ctx.recount_imbalance(BUILD_SLICE)
+            while not done:
+                await asyncio.sleep(0)
+                done = self.ctx.recount_imbalance(BUILD_SLICE)
             self.update_metrics()
 
-    async def _encode_ahead(self) -> None:
-        """Encode the batch's UpdateMetadata states into the context's cache in slices, yielding
-        between them, so that building the requests only joins bytes: a controlled shutdown at
-        1M partitions changed 600k states, whose encoding in the one step of `send` held the
-        loop for seconds. The requests are the same (the cache only remembers encodings)."""
-        pending = self.batch.update_metadata_partitions
-        if len(pending) < ENCODE_AHEAD_SLICE:
-            return
-        partitions = list(pending)
-        for start in range(0, len(partitions), ENCODE_AHEAD_SLICE):
-            metadata_partition_fields(self.ctx, partitions[start : start + ENCODE_AHEAD_SLICE])
+    async def _build(self) -> list[tuple[int, str, Any]]:
+        """Build the batch's requests a part at a time, yielding between parts (nothing else
+        changes the batch or the context meanwhile: this task owns both). A controlled shutdown
+        at 1M partitions changed 600k states, whose encoding and requests, built in the one step
+        of `send`, held the loop for seconds."""
+        if self.batch.entry_count() < BUILD_SLICE:
+            return self.batch.build()
+        steps = self.batch.build_steps()
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                built: list[tuple[int, str, Any]] = done.value
+                return built
             await asyncio.sleep(0)
 
     def update_metrics(self) -> None:
@@ -212,30 +220,52 @@ class PartitionManager:
         for broker_id in dead_brokers:
             self.ctx.replicas_on_offline_dirs.pop(broker_id, None)
             self.ctx.shutting_down_broker_ids.discard(broker_id)
-        await self.on_replicas_become_offline(self.ctx.replicas_on_brokers(dead_brokers))
+        await self.on_replicas_become_offline(await self._replicas_on_brokers(dead_brokers))
 
-    async def on_replicas_become_offline(self, offline: set[PartitionAndReplica]) -> None:
+    async def _replicas_on_brokers(self, broker_ids: set[int]) -> list[PartitionAndReplica]:
+        """`ctx.replicas_on_brokers`, a topic at a time, yielding every SCAN_SLICE replicas (a
+        dead broker held 600k of a 1M-partition cluster)."""
+        replicas: list[PartitionAndReplica] = []
+        new = tuple.__new__  # the NamedTuple without its Python-level __new__
+        made = 0
+        for broker_id in sorted(broker_ids):
+            for topic, partitions in self.ctx.partitions_on_broker_by_topic(broker_id):
+                replicas.extend(
+                    new(PartitionAndReplica, (new(TopicPartition, (topic, p)), broker_id)) for p in partitions
+                )
+                made += len(partitions)
+                if made >= SCAN_SLICE:
+                    made = 0
+                    await asyncio.sleep(0)
+        return replicas
+
+    async def on_replicas_become_offline(self, offline: Collection[PartitionAndReplica]) -> None:
         """Partitions whose leader went offline go Offline and are re-elected; the offline
         replicas go OfflineReplica (leave the ISR)."""
         ctx = self.ctx
         deleting = ctx.topics_to_be_deleted
         states = self.psm.states
+        partition_states = ctx.partition_states
         new = PartitionState.NEW
+        # Kafka's partitionsWithOfflineLeader: a scan of every partition state, in slices.
         if any(ctx.replicas_on_offline_dirs.values()):
-            with_offline_leader = [
-                tp
-                for tp, state in ctx.partition_states.items()
-                if not ctx.is_replica_online(state.leader, tp) and tp[0] not in deleting and states.get(tp) is not new
-            ]
+
+            def offline_leader(tp: TopicPartition) -> bool:
+                return (
+                    not ctx.is_replica_online(partition_states[tp].leader, tp)
+                    and tp[0] not in deleting
+                    and states.get(tp) is not new
+                )
+
         else:
             # A leader is online when its broker is live and not shutting down: one set lookup
-            # per partition of this full scan (Kafka's partitionsWithOfflineLeader), not a call.
+            # per partition, not a call.
             online = ctx.live_broker_ids
-            with_offline_leader = [
-                tp
-                for tp, state in ctx.partition_states.items()
-                if state.leader not in online and tp[0] not in deleting and states.get(tp) is not new
-            ]
+
+            def offline_leader(tp: TopicPartition) -> bool:
+                return partition_states[tp].leader not in online and tp[0] not in deleting and states.get(tp) is not new
+
+        with_offline_leader = await keep_in_slices(list(partition_states), offline_leader)
         # New leaders first, in their own batch, so brokers serve again before the (longer) ISR
         # clean-up of the offline followers is written; Kafka sends after each step too.
         async with self.operation():
@@ -243,7 +273,7 @@ class PartitionManager:
             await self.psm.trigger_online_partition_state_change()
         async with self.operation() as batch:
             await self.rsm.handle_state_changes(
-                [r for r in offline if not self.ctx.is_topic_queued_for_deletion(r.tp.topic)], ReplicaState.OFFLINE
+                await keep_in_slices(list(offline), lambda r: r[0][0] not in deleting), ReplicaState.OFFLINE
             )
             if not with_offline_leader:
                 batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, [])

@@ -27,6 +27,7 @@ from controller_svc.common.model import (
     sorted_partitions,
 )
 from controller_svc.common.state_change_log import StateChangeLog
+from controller_svc.controller.slices import keep_in_slices
 from controller_svc.core.context import ControllerContext
 from controller_svc.core.election import ElectionStrategy, elect
 from controller_svc.core.request_batch import RequestBatch
@@ -39,6 +40,8 @@ _LEADER = operator.attrgetter("leader")
 # Elections are decided and written this many partitions at a time (a multi's worth), with up
 # to WRITES_IN_FLIGHT slices' writes outstanding while the next ones are decided.
 ELECTION_SLICE = 1000
+# Partitions validated between yields to the loop.
+VALIDATE_SLICE = 20_000
 WRITES_IN_FLIGHT = 8
 
 
@@ -209,11 +212,15 @@ class PartitionStateMachine:
 
     async def trigger_online_partition_state_change(self, topics: set[str] | None = None) -> StateChangeResult:
         """New and Offline partitions (not being deleted) -> Online with the offline strategy."""
-        candidates = [
-            tp
-            for tp in self.partitions_in(PartitionState.NEW, PartitionState.OFFLINE)
-            if not self.ctx.is_topic_queued_for_deletion(tp.topic) and (topics is None or tp.topic in topics)
-        ]
+        states = self.states
+        wanted = (PartitionState.NEW, PartitionState.OFFLINE)
+        deleting = self.ctx.topics_to_be_deleted
+
+        def candidate(tp: TopicPartition) -> bool:
+            return states[tp] in wanted and tp[0] not in deleting and (topics is None or tp[0] in topics)
+
+        # A scan of every partition's state (1M after a broker failure), in slices.
+        candidates = sorted_partitions(await keep_in_slices(list(states), candidate))
         return await self.handle_state_changes(candidates, PartitionState.ONLINE, ElectionStrategy.OFFLINE)
 
     async def handle_state_changes(
@@ -226,10 +233,17 @@ class PartitionStateMachine:
         """Validate, apply, and add the resulting requests to the (caller's) request batch."""
         result = StateChangeResult()
         valid: list[TopicPartition] = []
-        for tp in partitions:
+        valid_new: list[TopicPartition] = []
+        allowed = VALID_PREVIOUS_STATES[target]
+        for i, tp in enumerate(partitions):
+            if i and not i % VALIDATE_SLICE:
+                # 250k partitions to validate at 1M (a controlled shutdown) held the loop.
+                await asyncio.sleep(0)
             current = self.state(tp)
-            if current in VALID_PREVIOUS_STATES[target]:
+            if current in allowed:
                 valid.append(tp)
+                if current is PartitionState.NEW:
+                    valid_new.append(tp)
             else:
                 result.invalid.add(tp)
                 log.error(
@@ -252,10 +266,9 @@ class PartitionStateMachine:
             for tp in valid:
                 self.states.pop(tp, None)
         else:
-            new = [tp for tp in valid if self.state(tp) is PartitionState.NEW]
-            existing = [tp for tp in valid if self.state(tp) is not PartitionState.NEW]
-            if new:
-                await self._initialize_leader_and_isr(new, result)
+            existing = [tp for tp in valid if self.state(tp) is not PartitionState.NEW] if valid_new else valid
+            if valid_new:
+                await self._initialize_leader_and_isr(valid_new, result)
             if existing:
                 await self._elect_leaders(existing, strategy or ElectionStrategy.OFFLINE, result, allow_unclean)
         metrics.OFFLINE_PARTITIONS.set(self.offline_partition_count())
@@ -322,7 +335,7 @@ class PartitionStateMachine:
             replicas = ctx.replicas(tp)
             return not any(r in online_brokers and r in replicas for r in state.isr)
 
-        topics = sorted({tp.topic for tp in partitions if without_online_isr_member(tp)})
+        topics = sorted({tp.topic for tp in await keep_in_slices(partitions, without_online_isr_member)})
         if not topics:
             return
         fresh = await self.store.read_topic_configs(topics)

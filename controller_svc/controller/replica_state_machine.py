@@ -40,6 +40,8 @@ INITIALIZE_CHUNK = 50_000
 # Replicas of one broker taken out of their ISRs per slice (read, write, requests), between
 # two yields to the event loop.
 OFFLINE_SLICE = 20_000
+# Replicas validated between yields to the loop.
+VALIDATE_SLICE = 20_000
 # Partitions per read and write of the ISR removal's pipeline (a multi's worth), and the reads
 # and the writes each outstanding at most.
 ISR_REMOVAL_CHUNK = 1000
@@ -310,7 +312,10 @@ class ReplicaStateMachine:
         self._forget_start_up()
         result = ReplicaChangeResult()
         valid: list[PartitionAndReplica] = []
-        for replica in sorted_replicas(replicas):
+        for i, replica in enumerate(sorted_replicas(replicas)):
+            if i and not i % VALIDATE_SLICE:
+                # 350k replicas to validate at 1M (a controlled shutdown) held the loop.
+                await asyncio.sleep(0)
             current = self.state(replica)
             if current in VALID_PREVIOUS_STATES[target]:
                 valid.append(replica)
@@ -397,7 +402,6 @@ class ReplicaStateMachine:
     async def _to_offline(self, replicas: list[PartitionAndReplica]) -> None:
         by_broker: dict[int, list[TopicPartition]] = {}
         for replica in replicas:
-            self.batch.add_stop_replica([replica.replica], replica.tp, delete=False)
             by_broker.setdefault(replica.replica, []).append(replica.tp)
         for broker_id, partitions in sorted(by_broker.items()):
             # In slices, yielding between them: a broker failure at 1M partitions takes 400k
@@ -407,14 +411,18 @@ class ReplicaStateMachine:
                     await asyncio.sleep(0)
                 error = await self._slice_to_offline(broker_id, partitions[start : start + OFFLINE_SLICE])
                 if error is not None:
-                    # As if written in one pass: every replica is Offline in the state machine,
-                    # the committed writes' requests are in the batch; the rest is not tried.
+                    # As if written in one pass: every replica is Offline in the state machine
+                    # with its StopReplica in the batch, the committed writes' requests are in
+                    # the batch too; the rest is not tried.
                     for tp in partitions[start + OFFLINE_SLICE :]:
+                        self.batch.add_stop_replica([broker_id], tp, delete=False)
                         self.states[PartitionAndReplica(tp, broker_id)] = ReplicaState.OFFLINE
                     raise error
 
     async def _slice_to_offline(self, broker_id: int, partitions: list[TopicPartition]) -> ControllerError | None:
         ctx = self.ctx
+        for tp in partitions:
+            self.batch.add_stop_replica([broker_id], tp, delete=False)
         with_state = [tp for tp in partitions if tp in ctx.partition_states]
         without_state = [tp for tp in partitions if tp not in ctx.partition_states]
         updated, error = await self.remove_replica_from_isr(broker_id, with_state)

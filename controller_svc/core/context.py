@@ -214,6 +214,13 @@ class ControllerContext:
             for p in by_broker.get(b, ())
         }
 
+    def partitions_on_broker_by_topic(self, broker_id: int) -> list[tuple[str, list[int]]]:
+        """(topic, its partitions with a replica on `broker_id`), both in order: what a caller
+        that walks a broker's 600k partitions (1M-partition cluster) in slices needs, without
+        building and sorting one set of them first."""
+        index = self._partitions_by_broker()
+        return sorted((t, sorted(held)) for t, by_broker in index.items() if (held := by_broker.get(broker_id)))
+
     def replicas_on_brokers(self, broker_ids: Iterable[int]) -> set[PartitionAndReplica]:
         wanted = set(broker_ids)
         new = tuple.__new__
@@ -335,22 +342,36 @@ class ControllerContext:
         Kept per topic and recounted only for the topics whose states or assignments were
         written since the last call (Kafka's ControllerContext.updatePartitionStateMetrics):
         a gauge refreshed after every operation, at 100k-1M partitions."""
+        self.recount_imbalance()
+        deleting = self.topics_to_be_deleted
+        return sum(count for topic, count in self._imbalance_per_topic.items() if topic not in deleting)
+
+    def recount_imbalance(self, budget: int | None = None) -> bool:
+        """Recount the imbalance of the topics written since the last count, about `budget`
+        partitions of them at most (whole topics); the others stay due for the next call.
+        True when none is left: a caller that must not hold the loop (an operation that moved
+        the leaders of every topic at 1M partitions) counts in steps, yielding between them."""
         per_topic = self._imbalance_per_topic
         states_all, states_dirty = self._tracked_states().take_dirty()
         assignments_all, assignments_dirty = self._tracked_assignments().take_dirty(TopicAssignments.IMBALANCE)
         uncounted, self._imbalance_uncounted = self._imbalance_uncounted, set()
         if states_all or assignments_all:
             per_topic.clear()
-            topics: Iterable[str] = self.assignments
+            topics: list[str] = list(self.assignments)
         else:
-            topics = states_dirty | assignments_dirty | uncounted
+            topics = list(states_dirty | assignments_dirty | uncounted)
         states = self.partition_states
         assignments = self.assignments
         new = tuple.__new__  # the NamedTuple without its Python-level __new__
-        for topic in topics:
+        counted = 0
+        for i, topic in enumerate(topics):
+            if budget is not None and counted >= budget:
+                self._imbalance_uncounted.update(topics[i:])
+                return False
             parts = assignments.get(topic)
             count = 0
             if parts:
+                counted += len(parts)
                 for partition, assignment in parts.items():
                     state = states.get(new(TopicPartition, (topic, partition)))
                     if state is not None and assignment.replicas and state.leader != assignment.replicas[0]:
@@ -359,8 +380,7 @@ class ControllerContext:
                 per_topic[topic] = count
             else:
                 per_topic.pop(topic, None)
-        deleting = self.topics_to_be_deleted
-        return sum(count for topic, count in per_topic.items() if topic not in deleting)
+        return True
 
     def set_partition_states(self, states: Mapping[TopicPartition, LeaderIsrAndControllerEpoch]) -> None:
         """`partition_states[tp] = state` for each, each topic marked written once (a slice of
