@@ -162,3 +162,53 @@ def test_a_slice_of_elections_added_at_once_builds_what_one_call_per_partition_b
         built.append(sink.sent)
     assert built[0] == built[1]
     assert any(p.is_new for _, api, r in built[0] if api == "LeaderAndIsr" for p in r.partition_states)
+
+
+def test_the_batch_built_in_steps_is_the_batch_built_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """build_steps (what an operation drives, yielding to the loop at each stop) returns the
+    requests `build` returns, stopping after each broker's LeaderAndIsr and StopReplica and
+    between slices of UpdateMetadata partitions."""
+    import random
+
+    from controller_svc.core import request_batch
+
+    monkeypatch.setattr(request_batch, "BUILD_SLICE", 3)
+    rng = random.Random(5)
+    built = []
+    for stepwise in (True, False):
+        rng = random.Random(5)
+        ctx = context([1, 2, 3, 4], {f"t{t}": {p: rng.sample([1, 2, 3, 4], 3) for p in range(10)} for t in range(4)})
+        batch = RequestBatch(9, ctx)
+        batch.new_batch()
+        for topic, parts in sorted(ctx.assignments.items()):
+            for p, assignment in parts.items():
+                tp = TopicPartition(topic, p)
+                choice = rng.random()
+                if choice < 0.5:
+                    leader_state = state(assignment.replicas[0], 1)
+                    batch.add_leader_and_isr(assignment.replicas, tp, leader_state, assignment, False)
+                elif choice < 0.8:
+                    batch.add_stop_replica(assignment.replicas[1:], tp, delete=rng.random() < 0.5)
+                else:
+                    batch.add_update_metadata([1, 2, 3, 4], [tp])
+        assert batch.entry_count() > 3
+        metadata_slices = -(-len(batch.update_metadata_partitions) // 3)
+        stop_replica_slices = sum(-(-len(per_broker) // 3) for per_broker in batch.stop_replica.values())
+        expected_stops = len(batch.leader_and_isr) + metadata_slices + stop_replica_slices
+        if stepwise:
+            steps = batch.build_steps()
+            count = 0
+            while True:
+                try:
+                    next(steps)
+                    count += 1
+                except StopIteration as done:
+                    requests = done.value
+                    break
+            assert metadata_slices >= 2 and stop_replica_slices > len(batch.stop_replica)
+            assert count == expected_stops
+        else:
+            requests = batch.build()
+        wire = [(b, api, r.SerializeToString() if api == "StopReplica" else r.serialize()) for b, api, r in requests]
+        built.append(wire)
+    assert built[0] == built[1]

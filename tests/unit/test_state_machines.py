@@ -263,7 +263,9 @@ async def test_offline_replicas_in_slices_as_in_one_pass(
         with pytest.raises(ZkUnavailableError):
             await rsm.handle_state_changes(replicas, ReplicaState.OFFLINE)
     told = set(batch.leader_and_isr.get(2, {}))
+    stopped = set(batch.stop_replica.get(1, {}))
     batch.clear()
+    assert stopped == {r.tp for r in replicas}  # every replica of the broker, as Kafka sends before its ISR writes
     written = {tp for tp in store.znodes if 1 not in store.znodes[tp].isr}
     assert written == ({r.tp for r in replicas} if fail_after is None else {r.tp for r in replicas[:fail_after]})
     assert told == written

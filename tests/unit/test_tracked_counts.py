@@ -68,6 +68,22 @@ def test_imbalance_from_a_standbys_hand_over_then_recounted_where_written() -> N
     assert ctx.preferred_replica_imbalance_count() == _recount_imbalance(ctx)
 
 
+def test_an_imbalance_recount_in_steps_leaves_the_topics_past_its_budget_for_the_next() -> None:
+    ctx = ControllerContext()
+    for topic in ("a", "b", "c"):
+        for p in range(4):
+            ctx.set_assignment(TopicPartition(topic, p), ReplicaAssignment((1, 2, 3)))
+            ctx.partition_states[TopicPartition(topic, p)] = _state(2 if p < 2 else 1)
+    # Whole topics: one of 4 partitions reaches a budget of 4, and one is counted past a budget of 3.
+    assert ctx.recount_imbalance(budget=4) is False
+    assert ctx.recount_imbalance(budget=3) is False
+    assert ctx.recount_imbalance(budget=4) is True
+    assert ctx.preferred_replica_imbalance_count() == 6 == _recount_imbalance(ctx)
+    ctx.partition_states[TopicPartition("b", 0)] = _state(1)  # only b is due now
+    assert ctx.recount_imbalance(budget=1) is True
+    assert ctx.preferred_replica_imbalance_count() == 5
+
+
 def test_a_context_built_from_plain_dicts_is_tracked() -> None:
     tp = TopicPartition("a", 0)
     ctx = ControllerContext(assignments={"a": {0: ReplicaAssignment((1, 2))}}, partition_states={tp: _state(2)})
@@ -115,6 +131,13 @@ def test_imbalance_count_and_reassignments_equal_a_full_recount_after_random_wri
             )
         if rng.random() < 0.3:
             assert ctx.preferred_replica_imbalance_count() == _recount_imbalance(ctx)
+        elif rng.random() < 0.3:
+            # In steps of a partition or a few (whole topics each), as an operation counts.
+            steps = 1
+            while not ctx.recount_imbalance(budget=rng.randrange(1, 4)):
+                steps += 1
+            assert steps <= len(TOPICS)
+            assert ctx.preferred_replica_imbalance_count() == _recount_imbalance(ctx)
         if rng.random() < 0.3:
             assert ctx.partitions_being_reassigned == reassigning()
         if rng.random() < 0.3:
@@ -132,6 +155,12 @@ def _assert_on_brokers_equal_a_scan(ctx: ControllerContext, brokers: set[int]) -
     assert ctx.replicas_on_brokers(brokers) == {
         PartitionAndReplica(TopicPartition(t, p), r) for t, p, a in pairs for r in a.replicas if r in brokers
     }
+    for broker_id in brokers:
+        assert ctx.partitions_on_broker_by_topic(broker_id) == sorted(
+            (t, sorted(p for p, a in parts.items() if broker_id in a.replicas))
+            for t, parts in ctx.assignments.items()
+            if any(broker_id in a.replicas for a in parts.values())
+        )
 
 
 @pytest.mark.parametrize("seed", range(5))
