@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 
 FROZEN_OBJECTS = Gauge(
     "kcontroller_gc_frozen_objects",
-    "Objects in the collector's permanent generation (gc.freeze after bulk steps); never walked again",
+    "Objects moved to the collector's permanent generation so far (gc.freeze after bulk steps), "
+    "never walked again; frozen objects freed since are still counted",
 )
 
 # Below this many changes (partitions in a request, znodes in a load) a freeze is not worth it.
@@ -50,12 +51,16 @@ def freeze_after_bulk_load(what: str, size: int) -> bool:
     if size < BULK_THRESHOLD:
         return False
     started = time.monotonic()
+    # What the freeze moves: the young generations, about what the bulk step left alive. The
+    # permanent generation's own count (gc.get_freeze_count) walks every frozen object, tens of
+    # millions at 1M partitions (90 ms per 9M on an idle core), after every bulk step.
+    moving = sum(len(gc.get_objects(generation)) for generation in range(3))
     gc.freeze()
-    FROZEN_OBJECTS.set(gc.get_freeze_count())
+    FROZEN_OBJECTS.inc(moving)
     log.debug(
         "%s: %d objects moved to the collector's permanent generation in %.1f ms",
         what,
-        gc.get_freeze_count(),
+        moving,
         (time.monotonic() - started) * 1000,
     )
     return True
