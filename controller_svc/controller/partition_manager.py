@@ -209,10 +209,11 @@ class PartitionManager:
             batch.add_update_metadata(existing, [])
         async with self.operation() as batch:
             batch.add_update_metadata(new_brokers, self.ctx.all_partitions())
-        replicas = self.ctx.replicas_on_brokers(new_brokers)
+        replicas = await self._replicas_on_brokers(new_brokers)
+        deleting = self.ctx.topics_to_be_deleted
         async with self.operation():
             await self.rsm.handle_state_changes(
-                [r for r in replicas if not self.ctx.is_topic_queued_for_deletion(r.tp.topic)], ReplicaState.ONLINE
+                await keep_in_slices(replicas, lambda r: r[0][0] not in deleting), ReplicaState.ONLINE
             )
             await self.psm.trigger_online_partition_state_change()
 

@@ -477,9 +477,7 @@ class TermOfOffice:
         self.ctx.known_broker_ids.update(current)
         if failed:
             await m.partitions.on_broker_failure(set(failed))
-            deleting = {
-                r for r in self.ctx.replicas_on_brokers(failed) if self.ctx.is_topic_queued_for_deletion(r.tp.topic)
-            }
+            deleting = self.ctx.replicas_on_brokers(failed, self.ctx.topics_to_be_deleted)
             if deleting:
                 await self.in_operation(m.deletion.fail_replica_deletion(deleting))
         started = diff.new | diff.bounced
@@ -492,7 +490,7 @@ class TermOfOffice:
         if started:
             await m.partitions.on_broker_startup(set(started))
             await self.in_operation(m.reassignment.resume_for_brokers(set(started)))
-            topics = {tp.topic for tp in self.ctx.partitions_on_brokers(started)}
+            topics = self.ctx.topics_on_brokers(started)
             await self.in_operation(m.deletion.resume_for(topics))
 
     def _on_stop_replica_response(

@@ -214,6 +214,11 @@ class ControllerContext:
             for p in by_broker.get(b, ())
         }
 
+    def topics_on_brokers(self, broker_ids: Iterable[int]) -> set[str]:
+        """The topics with a replica on any of `broker_ids`, from the per-topic index."""
+        wanted = set(broker_ids)
+        return {t for t, by_broker in self._partitions_by_broker().items() if not wanted.isdisjoint(by_broker)}
+
     def partitions_on_broker_by_topic(self, broker_id: int) -> list[tuple[str, list[int]]]:
         """(topic, its partitions with a replica on `broker_id`), both in order: what a caller
         that walks a broker's 600k partitions (1M-partition cluster) in slices needs, without
@@ -221,14 +226,20 @@ class ControllerContext:
         index = self._partitions_by_broker()
         return sorted((t, sorted(held)) for t, by_broker in index.items() if (held := by_broker.get(broker_id)))
 
-    def replicas_on_brokers(self, broker_ids: Iterable[int]) -> set[PartitionAndReplica]:
+    def replicas_on_brokers(
+        self, broker_ids: Iterable[int], topics: Iterable[str] | None = None
+    ) -> set[PartitionAndReplica]:
+        """The replicas on `broker_ids`, of `topics` only when given (those being deleted, after
+        a broker failure: a walk of those topics, not of the 600k replicas a broker holds at 1M
+        partitions)."""
         wanted = set(broker_ids)
+        index = self._partitions_by_broker()
         new = tuple.__new__
         return {
             new(PartitionAndReplica, (new(TopicPartition, (t, p)), b))
-            for t, by_broker in self._partitions_by_broker().items()
+            for t in (index if topics is None else topics)
             for b in wanted
-            for p in by_broker.get(b, ())
+            for p in index.get(t, {}).get(b, ())
         }
 
     def _partitions_by_broker(self) -> dict[str, dict[int, list[int]]]:

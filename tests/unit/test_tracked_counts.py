@@ -155,6 +155,14 @@ def _assert_on_brokers_equal_a_scan(ctx: ControllerContext, brokers: set[int]) -
     assert ctx.replicas_on_brokers(brokers) == {
         PartitionAndReplica(TopicPartition(t, p), r) for t, p, a in pairs for r in a.replicas if r in brokers
     }
+    some_topics = set(TOPICS[:2]) | {"never-created"}
+    assert ctx.replicas_on_brokers(brokers, some_topics) == {
+        PartitionAndReplica(TopicPartition(t, p), r)
+        for t, p, a in pairs
+        for r in a.replicas
+        if r in brokers and t in some_topics
+    }
+    assert ctx.topics_on_brokers(brokers) == {t for t, p, a in pairs if brokers.intersection(a.replicas)}
     for broker_id in brokers:
         assert ctx.partitions_on_broker_by_topic(broker_id) == sorted(
             (t, sorted(p for p, a in parts.items() if broker_id in a.replicas))
