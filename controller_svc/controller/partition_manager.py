@@ -109,14 +109,10 @@ class PartitionManager:
         of `send`, held the loop for seconds."""
         if self.batch.entry_count() < BUILD_SLICE:
             return self.batch.build()
-        steps = self.batch.build_steps()
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                built: list[tuple[int, str, Any]] = done.value
-                return built
+        built: list[tuple[int, str, Any]] = []
+        for _ in self.batch.build_steps(built):
             await asyncio.sleep(0)
+        return built
 
     def update_metrics(self) -> None:
         metrics.OFFLINE_PARTITIONS.set(self.psm.offline_partition_count())

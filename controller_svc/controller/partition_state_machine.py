@@ -194,10 +194,6 @@ class PartitionStateMachine:
     def state(self, tp: TopicPartition) -> PartitionState:
         return self.states.get(tp, PartitionState.NON_EXISTENT)
 
-    def partitions_in(self, *states: PartitionState) -> list[TopicPartition]:
-        wanted = set(states)
-        return sorted_partitions(tp for tp, s in self.states.items() if s in wanted)
-
     def offline_partition_count(self) -> int:
         # Counted per topic as the states are written (core/tracked.py): O(topics), not a scan
         # of every partition after every operation.

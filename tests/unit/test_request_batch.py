@@ -196,15 +196,8 @@ def test_the_batch_built_in_steps_is_the_batch_built_at_once(monkeypatch: pytest
         stop_replica_slices = sum(-(-len(per_broker) // 3) for per_broker in batch.stop_replica.values())
         expected_stops = len(batch.leader_and_isr) + metadata_slices + stop_replica_slices
         if stepwise:
-            steps = batch.build_steps()
-            count = 0
-            while True:
-                try:
-                    next(steps)
-                    count += 1
-                except StopIteration as done:
-                    requests = done.value
-                    break
+            requests = []
+            count = sum(1 for _ in batch.build_steps(requests))
             assert metadata_slices >= 2 and stop_replica_slices > len(batch.stop_replica)
             assert count == expected_stops
         else:
