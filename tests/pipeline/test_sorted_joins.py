@@ -60,17 +60,23 @@ def test_first_loss_in_tenure_is_the_earliest_loss_while_leading(spark: Any, see
     from controller_svc.analytics.timelines import first_loss_in_tenure
 
     rng = random.Random(seed)
-    times = rng.sample(range(1, 5000), 700)  # distinct record times, so positions are unique
+    times = rng.sample(range(1, 5000), 700)  # distinct record times; mids make positions unique
     led: list[tuple[Any, ...]] = []
     for partition in range(12):
         starts = sorted(times.pop() for _ in range(rng.randint(1, 8)))
         for i, start in enumerate(starts):
-            until = _pos(starts[i + 1], "controller-1", starts[i + 1]) if i + 1 < len(starts) else None
-            led.append(("c", "t", partition, rng.randint(1, 4), i, _pos(start, "controller-1", start), until))
+            until = _pos(starts[i + 1], "controller-1", 10 * starts[i + 1]) if i + 1 < len(starts) else None
+            led.append(("c", "t", partition, rng.randint(1, 4), i, _pos(start, "controller-1", 10 * start), until))
     losses = []
     for _ in range(60):
         ts = times.pop()
-        losses.append(("c", _pos(ts, "controller-1", ts), ts, rng.randint(1, 4), "broker_deregistered", ts - 3))
+        losses.append(("c", _pos(ts, "controller-1", 10 * ts), ts, rng.randint(1, 4), "broker_deregistered", ts - 3))
+    # Losses in the millisecond a leadership starts or ends, just before or just after its record.
+    for _ in range(30):
+        tenure = rng.choice(led)
+        bound = rng.choice([tenure[5], tenure[6] or tenure[5]])
+        mid = bound[3] + rng.choice([-1, 1])
+        losses.append(("c", _pos(bound[0], "controller-1", mid), bound[0], tenure[3], "broker_bounced", bound[0] - 1))
     led_frame = spark.createDataFrame(
         led,
         f"cluster string, topic string, partition bigint, broker bigint, leader_epoch bigint, "
@@ -81,7 +87,7 @@ def test_first_loss_in_tenure_is_the_earliest_loss_while_leading(spark: Any, see
     )
 
     got = {
-        (r["partition"], r["leader_epoch"]): (r["ts"], r["alive_ts"])
+        (r["partition"], r["leader_epoch"]): (tuple(r["pos"]), r["ts"], r["alive_ts"])
         for r in first_loss_in_tenure(led_frame, loss_frame).collect()
     }
 
@@ -91,10 +97,11 @@ def test_first_loss_in_tenure_is_the_earliest_loss_while_leading(spark: Any, see
             (F.col("from_pos") <= F.col("pos")) & (F.col("until_pos").isNull() | (F.col("pos") < F.col("until_pos")))
         )
         .groupBy("partition", "leader_epoch")
-        .agg(F.min(F.struct("ts", "alive_ts")).alias("first"))
+        .agg(F.min(F.struct("pos", "ts", "alive_ts")).alias("first"))
     )
     expected = {
-        (r["partition"], r["leader_epoch"]): (r["first"]["ts"], r["first"]["alive_ts"]) for r in plain.collect()
+        (r["partition"], r["leader_epoch"]): (tuple(r["first"]["pos"]), r["first"]["ts"], r["first"]["alive_ts"])
+        for r in plain.collect()
     }
     assert got == expected
     assert expected  # the data has tenures with losses
