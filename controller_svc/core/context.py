@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, TypeVar
 
 from controller_svc.common.model import (
@@ -198,8 +199,11 @@ class ControllerContext:
         self.assignments.setdefault(tp.topic, {})[tp.partition] = assignment  # marks the topic
 
     def all_partitions(self) -> list[TopicPartition]:
-        new = tuple.__new__  # the NamedTuple without its Python-level __new__ (100k+ per call)
-        return [new(TopicPartition, (t, p)) for t, parts in self.assignments.items() for p in parts]
+        # The NamedTuple built by tuple.__new__ in C loops, a topic at a time (1M per cold failover).
+        result: list[TopicPartition] = []
+        for topic, parts in self.assignments.items():
+            result.extend(map(tuple.__new__, repeat(TopicPartition), zip(repeat(topic), parts)))
+        return result
 
     def partitions_for_topic(self, topic: str) -> list[TopicPartition]:
         return [TopicPartition(topic, p) for p in sorted(self.assignments.get(topic, {}))]

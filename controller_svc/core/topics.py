@@ -89,6 +89,16 @@ def assign_replicas_to_brokers(
     return result
 
 
+def _replica_lists_valid(lists: Collection[tuple[int, ...]], known_brokers: Collection[int] | None) -> bool:
+    known = None if known_brokers is None else set(known_brokers)
+    for replicas in lists:
+        if not replicas or len(set(replicas)) != len(replicas) or min(replicas) < 0:
+            return False
+        if known is not None and not known.issuperset(replicas):
+            return False
+    return True
+
+
 def validate_assignment(
     assignment: Mapping[int, Sequence[int]],
     known_brokers: Collection[int] | None = None,
@@ -101,6 +111,12 @@ def validate_assignment(
         raise InvalidReplicaAssignmentError("the assignment has no partitions")
     if sorted(assignment) != list(range(len(assignment))):
         raise InvalidReplicaAssignmentError(f"partition ids must be 0..{len(assignment) - 1}, got {sorted(assignment)}")
+    # Each distinct replica list is checked once (a topic of 1000 partitions has a few dozen, and
+    # a cold failover validates every topic); a bad one is reported at its first partition below.
+    distinct = set(map(tuple, assignment.values()))
+    one_factor = not same_replication_factor or len(set(map(len, distinct))) <= 1
+    if one_factor and _replica_lists_valid(distinct, known_brokers):
+        return
     factors = set()
     for partition, replicas in sorted(assignment.items()):
         if not replicas:

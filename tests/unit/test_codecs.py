@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -84,6 +85,82 @@ def test_partition_state_round_trip() -> None:
     )
     with pytest.raises(CorruptZnodeError):
         codecs.decode_partition_state("/p", b'{"leader":1}', 0)
+
+
+def test_states_decoded_a_batch_at_a_time_equal_states_decoded_one_by_one() -> None:
+    rng = random.Random(5)
+    states = [
+        LeaderIsrAndControllerEpoch(
+            rng.randint(-1, 9),
+            rng.randint(0, 2**31 - 1),
+            tuple(rng.sample(range(1, 10), rng.randint(0, 4))),
+            rng.randint(0, 50),
+            rng.randint(1, 40),
+        )
+        for _ in range(300)
+    ]
+    datas = [codecs.encode_partition_state(s) for s in states]
+    # Kafka's older writers put the fields in another order; a field more is ignored by both.
+    datas[7] = b'{"isr":[3,1],"leader_epoch":2,"version":1,"leader":3,"controller_epoch":5,"extra":[1.5]}'
+    versions = [s.zk_version for s in states]
+    one_by_one = [codecs.decode_partition_state("/p", d, v) for d, v in zip(datas, versions, strict=True)]
+    assert codecs.decode_partition_states(datas, versions) == one_by_one
+    assert one_by_one[:7] + one_by_one[8:] == states[:7] + states[8:]
+    assert codecs.decode_partition_states([], []) == []
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        b"{not json",
+        b"",
+        b"[]",
+        b'"state"',
+        b"1",
+        b"null",
+        b'{"leader":1}',
+        b'{"controller_epoch":1,"leader":true,"version":1,"leader_epoch":0,"isr":[1]}',
+        b'{"controller_epoch":1,"leader":1,"version":1,"leader_epoch":0.0,"isr":[1]}',
+        b'{"controller_epoch":"1","leader":1,"version":1,"leader_epoch":0,"isr":[1]}',
+        b'{"controller_epoch":1,"leader":1,"version":1,"leader_epoch":0,"isr":[1,true]}',
+        b'{"controller_epoch":1,"leader":1,"version":1,"leader_epoch":0,"isr":[1,2.0]}',
+        b'{"controller_epoch":1,"leader":1,"version":1,"leader_epoch":0,"isr":[[1]]}',
+        b'{"controller_epoch":1,"leader":1,"version":1,"leader_epoch":0,"isr":{"1":1}}',
+        b'{"controller_epoch":1,"leader":1,"version":1,"leader_epoch":0,"isr":null}',
+    ],
+)
+def test_a_batch_with_any_corrupt_state_is_left_to_the_one_by_one_decoder(corrupt: bytes) -> None:
+    good = codecs.encode_partition_state(LeaderIsrAndControllerEpoch(1, 0, (1, 2), 0, 1))
+    assert codecs.decode_partition_states([good, corrupt, good], [0, 0, 0]) is None
+    assert codecs.decode_partition_states([good, good], [0, 0]) is not None
+    with pytest.raises(CorruptZnodeError):
+        codecs.decode_partition_state("/p", corrupt, 0)
+
+
+def test_equal_replica_lists_of_a_topic_share_one_tuple() -> None:
+    rng = random.Random(3)
+    partitions = {str(p): rng.choice([[1, 2, 3], [2, 3, 1], [3, 1, 2], [4]]) for p in range(200)}
+    znode = codecs.decode_topic("/t", json.dumps({"version": 2, "partitions": partitions}).encode())
+    assert znode.partitions == {int(p): tuple(r) for p, r in partitions.items()}
+    assert list(znode.partitions) == list(range(200))
+    by_value: dict[tuple[int, ...], int] = {}
+    for replicas in znode.partitions.values():
+        assert by_value.setdefault(replicas, id(replicas)) == id(replicas)
+    assert len(by_value) == 4
+
+
+@pytest.mark.parametrize("key", [" 1", "+1", "1_0", "-0", "01", "1.0", "", "0x1"])
+def test_a_partition_id_in_any_but_the_canonical_spelling_is_corrupt(key: str) -> None:
+    data = json.dumps({"version": 2, "partitions": {"0": [1], key: [2]}}).encode()
+    with pytest.raises(CorruptZnodeError):
+        codecs.decode_topic("/t", data)
+
+
+@pytest.mark.parametrize("replicas", [[1, True], [1.0], ["1"], [[1]], None, {"1": 1}, 1])
+def test_a_replica_list_of_anything_but_integers_is_corrupt(replicas: object) -> None:
+    data = json.dumps({"version": 2, "partitions": {"0": [1], "1": replicas}}).encode()
+    with pytest.raises(CorruptZnodeError):
+        codecs.decode_topic("/t", data)
 
 
 @pytest.mark.parametrize(

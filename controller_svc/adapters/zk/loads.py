@@ -7,8 +7,10 @@ import asyncio
 import collections
 import functools
 import logging
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from controller_svc.adapters.zk import codecs, paths
 from controller_svc.adapters.zk.client import ZkClient, ZnodeStat
@@ -23,6 +25,8 @@ log = logging.getLogger(__name__)
 
 # multiRead batches of partition states outstanding ahead of the one being decoded.
 READ_AHEAD = 32
+_DATA, _STAT = operator.itemgetter(0), operator.itemgetter(1)
+_VERSION = operator.attrgetter("version")
 
 
 async def load_brokers(zk: ZkClient, watch: bool) -> dict[int, BrokerInfo]:
@@ -94,14 +98,21 @@ def decode_topic_read(topic: str, got: tuple[bytes, ZnodeStat] | None, known_bad
         known_bad[topic] = got[1].version
         return None
     known_bad.pop(topic, None)
-    return LoadedTopic(
-        topic,
-        {
-            p: ReplicaAssignment(r, znode.adding_replicas.get(p, ()), znode.removing_replicas.get(p, ()))
-            for p, r in znode.partitions.items()
-        },
-        znode.topic_id,
-    )
+    return LoadedTopic(topic, _assignments(znode), znode.topic_id)
+
+
+def _assignments(znode: codecs.TopicZnode) -> dict[int, ReplicaAssignment]:
+    """Partitions that are not being reassigned share one ReplicaAssignment per replica list
+    (immutable, and a few dozen lists per topic: 1M objects built one by one at a cold failover
+    of 1M partitions, and kept)."""
+    adding, removing = znode.adding_replicas, znode.removing_replicas
+    plain = {r: ReplicaAssignment(r) for r in set(znode.partitions.values())}
+    if not adding and not removing:
+        return dict(zip(znode.partitions, map(plain.__getitem__, znode.partitions.values()), strict=True))
+    return {
+        p: ReplicaAssignment(r, adding.get(p, ()), removing.get(p, ())) if p in adding or p in removing else plain[r]
+        for p, r in znode.partitions.items()
+    }
 
 
 def decode_state_read(
@@ -150,8 +161,18 @@ async def load_partition_states(zk: ZkClient, ctx: ControllerContext, partitions
             start, read = reads.popleft()
             states = await read
             read_next()
+            batch = partitions[start : start + len(states)]
+            if None not in states:
+                # The common case, a batch at a time (codecs.decode_partition_states).
+                present = cast("list[tuple[bytes, ZnodeStat]]", states)
+                found = codecs.decode_partition_states(
+                    list(map(_DATA, present)), list(map(_VERSION, map(_STAT, present)))
+                )
+                if found is not None:
+                    decoded.update(zip(batch, found, strict=True))
+                    continue
             for offset, got in enumerate(states):
-                tp = partitions[start + offset]
+                tp = batch[offset]
                 if got is None:
                     missing.append(tp)
                     continue
