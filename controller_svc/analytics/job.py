@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -157,12 +158,12 @@ def analyze(
         "failover_incidents",
         clock,
     )
-    # Computed once, kept with the record positions the offline intervals need, as Parquet: a
-    # cache of the same frame (deserialized rows) cost more to build than the window itself.
-    leaders = _write(timelines.leadership(events), out, "_leadership_positions", clock)
-    _write(leaders.drop("from_pos", "until_pos", "block", "mid"), out, "leadership", clock)
-    offline = _write(timelines.offline_intervals(events, leaders), out, "offline_intervals", clock)
-    _delete(spark, f"{out}/_leadership_positions")
+    leaders = timelines.leadership(events).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        _write(leaders.drop("from_pos", "until_pos", "block", "mid"), out, "leadership", clock)
+        offline = _write(timelines.offline_intervals(events, leaders), out, "offline_intervals", clock)
+    finally:
+        leaders.unpersist()
     latency = _write(timelines.request_latency(events), out, "request_latency", clock)
     found = _write(invariants.all_violations(events), out, "_violations_unresolved", clock)
     violations = _write(
