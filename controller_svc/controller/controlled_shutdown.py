@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from itertools import repeat
 
 from controller_svc.common.errors import ErrorCode
 from controller_svc.common.model import PartitionAndReplica, TopicPartition
@@ -34,19 +35,19 @@ class ShutdownOutcome:
 async def replicated_partitions_led_by(ctx: ControllerContext, broker_id: int) -> list[TopicPartition]:
     """The partitions `broker_id` leads with more than one replica, not being deleted, in order
     (KafkaController.replicatedPartitionsBrokerLeads): every partition state is examined, as
-    there, a topic at a time, yielding every SCAN_SLICE partitions."""
+    there, a topic at a time, yielding every SCAN_SLICE partitions. The answer to the broker
+    waits for this scan: a topic's states are looked up in C loops and only the partitions the
+    broker leads are examined further."""
     led: list[TopicPartition] = []
     states = ctx.partition_states
-    new = tuple.__new__  # the NamedTuple without its Python-level __new__
     examined = 0
     for topic in sorted(ctx.assignments):
         parts = ctx.assignments.get(topic)
         if not parts or ctx.is_topic_queued_for_deletion(topic):
             continue
-        for partition in sorted(parts):
-            tp = new(TopicPartition, (topic, partition))
-            state = states.get(tp)
-            if state is not None and state.leader == broker_id and len(parts[partition].replicas) > 1:
+        tps = list(map(tuple.__new__, repeat(TopicPartition), zip(repeat(topic), sorted(parts))))
+        for tp, state in zip(tps, map(states.get, tps), strict=True):
+            if state is not None and state.leader == broker_id and len(parts[tp.partition].replicas) > 1:
                 led.append(tp)
         examined += len(parts)
         if examined >= SCAN_SLICE:
@@ -113,7 +114,9 @@ async def controlled_shutdown(
         )
     ctx.shutting_down_broker_ids.add(broker_id)
     leading, followed = await _replicated_on_broker(ctx, broker_id)
-    async with partitions.operation():
+    # The gauges are the caller's to refresh once the broker has its answer (they are not part
+    # of it, and recounting the written topics before answering kept the broker waiting).
+    async with partitions.operation(refresh_metrics=False):
         await partitions.psm.handle_state_changes(leading, PartitionState.ONLINE, ElectionStrategy.CONTROLLED_SHUTDOWN)
         await partitions.rsm.handle_state_changes(
             await _not_yet_offline(partitions, broker_id, followed), ReplicaState.OFFLINE

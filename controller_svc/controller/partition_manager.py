@@ -94,13 +94,17 @@ class PartitionManager:
         for _ in range(3):
             await asyncio.sleep(0)
         if refresh_metrics:
-            # The imbalance gauge recounts every written topic: all of them at 1M partitions
-            # after a controlled shutdown (half a second in one step), so in steps.
+            await self.refresh_gauges()
+
+    async def refresh_gauges(self) -> None:
+        """The gauges after an operation. The imbalance gauge recounts every written topic: all
+        of them at 1M partitions after a controlled shutdown (half a second in one step), so in
+        steps."""
+        done = self.ctx.recount_imbalance(BUILD_SLICE)
+        while not done:
+            await asyncio.sleep(0)
             done = self.ctx.recount_imbalance(BUILD_SLICE)
-            while not done:
-                await asyncio.sleep(0)
-                done = self.ctx.recount_imbalance(BUILD_SLICE)
-            self.update_metrics()
+        self.update_metrics()
 
     async def _build(self) -> list[tuple[int, str, Any]]:
         """Build the batch's requests a part at a time, yielding between parts (nothing else

@@ -437,6 +437,11 @@ class TermOfOffice:
                     self.ctx, m.partitions, self.state_log, event.broker_id, event.broker_epoch
                 )
                 _answer(event, outcome)
+                # The gauges after the answer, once its handler has had the loop: the broker acts
+                # on it meanwhile (recounting the written topics first kept it waiting).
+                for _ in range(3):
+                    await asyncio.sleep(0)
+                await m.partitions.refresh_gauges()
             case _:
                 assert_never(event)
 
