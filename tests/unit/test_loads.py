@@ -87,3 +87,33 @@ async def test_a_failed_read_leaves_nothing_outstanding(monkeypatch: pytest.Monk
         await loads.load_partition_states(FailingZk(), ControllerContext(), partitions)  # type: ignore[arg-type]
     assert len(started) == 3  # the reads ahead, no more
     assert all(f.cancelled() for f in started[1:])
+
+
+def _stat(version: int) -> ZnodeStat:
+    return ZnodeStat(version=version, czxid=0, mzxid=0, ephemeral_owner=0, num_children=0)
+
+
+def test_state_reads_decode_as_a_batch_or_one_by_one_with_the_same_result() -> None:
+    partitions = [TopicPartition("t", p) for p in range(6)]
+    state_paths = [paths.partition_state_path(tp.topic, tp.partition) for tp in partitions]
+    states = [LeaderIsrAndControllerEpoch(p % 3 + 1, p, (p % 3 + 1, 2), 0, 3) for p in range(6)]
+    reads: list[tuple[bytes, ZnodeStat] | None] = [
+        (codecs.encode_partition_state(s), _stat(10 + i)) for i, s in enumerate(states)
+    ]
+    whole = loads.decode_state_reads(partitions, state_paths, reads)
+    assert whole == [s._replace(zk_version=10 + i) for i, s in enumerate(states)]
+
+    # One gone and one corrupt: the others as before, those two None, the corrupt one counted.
+    reads[1] = None
+    reads[4] = (b'{"leader": 1}', _stat(3))
+    corrupt_before = metrics.CORRUPT_ZNODES.labels("partition_state")._value.get()
+    mixed = loads.decode_state_reads(partitions, state_paths, reads)
+    assert mixed == [None if i in (1, 4) else state for i, state in enumerate(whole)]
+    assert metrics.CORRUPT_ZNODES.labels("partition_state")._value.get() == corrupt_before + 1
+
+    # Every znode there but one corrupt: the batch falls back to one by one.
+    reads[1] = (codecs.encode_partition_state(states[1]), _stat(11))
+    assert loads.decode_state_reads(partitions, state_paths, reads) == [
+        None if i == 4 else state for i, state in enumerate(whole)
+    ]
+    assert metrics.CORRUPT_ZNODES.labels("partition_state")._value.get() == corrupt_before + 2

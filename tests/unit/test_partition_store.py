@@ -181,3 +181,39 @@ async def test_a_bug_in_a_multi_is_raised_as_it_is() -> None:
     store = ZkPartitionStateStore(zk, max_ops=2)  # type: ignore[arg-type]
     with pytest.raises(KeyError):
         await store.update(_states(6))
+
+
+class StoreWithZnodes:
+    """A ControllerZkStore whose client answers reads from a dict of znodes."""
+
+    def __init__(self, znodes: dict[str, bytes]) -> None:
+        self.zk = self
+        self.znodes = znodes
+
+    async def get_many(self, wanted: list[str]) -> list[tuple[bytes, ZnodeStat] | None]:
+        return [(self.znodes[p], ZnodeStat(4, 0, 0, 0, 0)) if p in self.znodes else None for p in wanted]
+
+
+async def test_reads_drop_gone_and_corrupt_znodes_and_count_the_corrupt_ones() -> None:
+    from controller_svc.adapters.zk import codecs, paths
+    from controller_svc.common import metrics
+
+    state = LeaderIsrAndControllerEpoch(2, 5, (2, 3), 0, 7)
+    znodes = {
+        paths.partition_state_path("t", 0): codecs.encode_partition_state(state),
+        paths.partition_state_path("t", 2): b"not json",
+        f"{paths.CONFIG_TOPICS}/a": b'{"version": 1, "config": {"min.insync.replicas": "2"}}',
+        f"{paths.CONFIG_TOPICS}/b": b"[1, 2]",
+    }
+    store = ZkPartitionStateStore(StoreWithZnodes(znodes))  # type: ignore[arg-type]
+    states_before = metrics.CORRUPT_ZNODES.labels("partition_state")._value.get()
+    configs_before = metrics.CORRUPT_ZNODES.labels("topic_config")._value.get()
+    read = await store.read([TopicPartition("t", p) for p in range(3)])
+    assert read == {
+        TopicPartition("t", 0): state._replace(zk_version=4),
+        TopicPartition("t", 1): None,
+        TopicPartition("t", 2): None,
+    }
+    assert metrics.CORRUPT_ZNODES.labels("partition_state")._value.get() == states_before + 1
+    assert await store.read_topic_configs(["a", "b", "c"]) == {"a": {"min.insync.replicas": "2"}}
+    assert metrics.CORRUPT_ZNODES.labels("topic_config")._value.get() == configs_before + 1

@@ -127,6 +127,25 @@ def decode_state_read(
         return None
 
 
+def decode_state_reads(
+    partitions: Sequence[TopicPartition],
+    state_paths: Sequence[str],
+    reads: Sequence[tuple[bytes, ZnodeStat] | None],
+) -> list[LeaderIsrAndControllerEpoch | None]:
+    """State znodes as read, in order: None for one that is gone or corrupt (a corrupt one is
+    logged and counted). When every znode is there, the batch is decoded at once
+    (codecs.decode_partition_states); otherwise, or when one of them is corrupt, one by one."""
+    if None not in reads:
+        present = cast("list[tuple[bytes, ZnodeStat]]", reads)
+        found = codecs.decode_partition_states(list(map(_DATA, present)), list(map(_VERSION, map(_STAT, present))))
+        if found is not None:
+            return list(found)
+    return [
+        None if got is None else decode_state_read(tp, path, got)
+        for tp, path, got in zip(partitions, state_paths, reads, strict=True)
+    ]
+
+
 def decode_config_read(topic: str, got: tuple[bytes, ZnodeStat]) -> dict[str, str] | None:
     """One topic config znode as read (None: corrupt, logged and counted)."""
     try:
@@ -162,22 +181,11 @@ async def load_partition_states(zk: ZkClient, ctx: ControllerContext, partitions
             states = await read
             read_next()
             batch = partitions[start : start + len(states)]
-            if None not in states:
-                # The common case, a batch at a time (codecs.decode_partition_states).
-                present = cast("list[tuple[bytes, ZnodeStat]]", states)
-                found = codecs.decode_partition_states(
-                    list(map(_DATA, present)), list(map(_VERSION, map(_STAT, present)))
-                )
-                if found is not None:
-                    decoded.update(zip(batch, found, strict=True))
-                    continue
-            for offset, got in enumerate(states):
-                tp = batch[offset]
+            found = decode_state_reads(batch, state_paths[start : start + len(states)], states)
+            for tp, got, state in zip(batch, states, found, strict=True):
                 if got is None:
                     missing.append(tp)
-                    continue
-                state = decode_state_read(tp, state_paths[start + offset], got)
-                if state is not None:
+                elif state is not None:
                     decoded[tp] = state
     except BaseException:
         for _, read in reads:

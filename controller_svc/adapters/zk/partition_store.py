@@ -13,13 +13,12 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from controller_svc.adapters.zk import codecs, paths
+from controller_svc.adapters.zk import codecs, loads, paths
 from controller_svc.adapters.zk.client import CreateOp, SetDataOp, ZkOp
 from controller_svc.adapters.zk.store import DEFAULT_MAX_OPS_PER_MULTI, ControllerZkStore
 from controller_svc.common.errors import (
     ControllerError,
     ControllerMovedError,
-    CorruptZnodeError,
     ZkBadVersionError,
     ZkNodeExistsError,
     ZkNoNodeError,
@@ -62,17 +61,8 @@ class ZkPartitionStateStore:
     ) -> dict[TopicPartition, LeaderIsrAndControllerEpoch | None]:
         state_paths = [paths.partition_state_path(tp.topic, tp.partition) for tp in partitions]
         reads = await self.store.zk.get_many(state_paths)
-        result: dict[TopicPartition, LeaderIsrAndControllerEpoch | None] = {}
-        for tp, path, got in zip(partitions, state_paths, reads, strict=True):
-            if got is None:
-                result[tp] = None
-                continue
-            try:
-                result[tp] = codecs.decode_partition_state(path, got[0], got[1].version)
-            except CorruptZnodeError as e:
-                log.error("%s", e)
-                result[tp] = None
-        return result
+        # Gone or corrupt (logged and counted): None.
+        return dict(zip(partitions, loads.decode_state_reads(partitions, state_paths, reads), strict=True))
 
     async def read_topic_configs(self, topics: Sequence[str]) -> dict[str, dict[str, str]]:
         """The topics' /config/topics znodes as ZooKeeper holds them now (a topic without one,
@@ -80,13 +70,10 @@ class ZkPartitionStateStore:
         config_paths = [f"{paths.CONFIG_TOPICS}/{t}" for t in topics]
         reads = await self.store.zk.get_many(config_paths)
         configs: dict[str, dict[str, str]] = {}
-        for topic, path, got in zip(topics, config_paths, reads, strict=True):
-            if got is None:
-                continue
-            try:
-                configs[topic] = codecs.decode_topic_config(path, got[0])
-            except CorruptZnodeError as e:
-                log.error("%s", e)
+        for topic, got in zip(topics, reads, strict=True):
+            config = loads.decode_config_read(topic, got) if got is not None else None  # corrupt: logged, counted
+            if config is not None:
+                configs[topic] = config
         return configs
 
     async def create(self, states: Mapping[TopicPartition, LeaderIsrAndControllerEpoch]) -> WriteResult:

@@ -321,9 +321,8 @@ class StandbyMetadata:
             state_paths = [paths.partition_state_path(tp.topic, tp.partition) for tp in states]
             got_states = await self._zk.get_many(state_paths)
             read += len(states)
-            for tp, path, got_state in zip(states, state_paths, got_states, strict=True):
+            for tp, state in zip(states, loads.decode_state_reads(states, state_paths, got_states), strict=True):
                 self._forget_digest(tp.topic)
-                state = loads.decode_state_read(tp, path, got_state) if got_state is not None else None
                 if state is None or tp.topic not in self._topics:
                     self._states.pop(tp, None)
                     self._encoded.pop(tp, None)
