@@ -205,13 +205,20 @@ def parse(lines: DataFrame) -> DataFrame:
     raw text is kept for malformed lines only. Columns derived from these (cluster, node_role,
     node_id) are computed when the table is read, which is cheaper than storing them."""
     parsed = F.from_json(F.col("value"), record_schema(), {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
-    typed = lines.select(
-        "file",
-        "block",
-        "mid",
-        "value",
-        *[parsed.getField(name).alias(name) for name, _ in schema.FIELDS],
+    return classify(
+        lines.select(
+            "file",
+            "block",
+            "mid",
+            "value",
+            *[parsed.getField(name).alias(name) for name, _ in schema.FIELDS],
+        )
     )
+
+
+def classify(typed: DataFrame) -> DataFrame:
+    """Adds reason_malformed, status and kind_group to parsed lines (file, block, mid, value and
+    the typed fields), keeping the text of malformed lines only."""
     return (
         typed.select("*", bad_reason().alias("reason_malformed"))
         .withColumn("status", F.when(F.col("reason_malformed").isNull(), F.lit("ok")).otherwise(F.lit("bad")))
