@@ -70,8 +70,10 @@ def wait_for_exit(pid: int, cpu: CpuMeter) -> None:
 
 
 async def run(partitions: int, brokers: int, profile_dir: str | None = None) -> dict[str, Any]:
+    # The ZooKeeper heap positionally (start_cluster's default), so that the overrides can only
+    # be controller configs.
     directory, spec = await asyncio.to_thread(
-        start_cluster, 1, brokers, 10000, **{"auto.leader.rebalance.enable": "false"}
+        start_cluster, 1, brokers, 10000, 1024, **{"auto.leader.rebalance.enable": "false"}
     )
     try:
         created = await create_led_by(spec, 1, partitions, brokers)
