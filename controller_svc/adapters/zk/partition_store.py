@@ -9,7 +9,6 @@ conflict; the rest of its multi is resubmitted.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -25,8 +24,6 @@ from controller_svc.common.errors import (
     ZkUnavailableError,
 )
 from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition, sorted_partitions
-
-log = logging.getLogger(__name__)
 
 # Multis of state writes outstanding at once (each up to DEFAULT_MAX_OPS_PER_MULTI ops, about
 # 100 KB): enough to keep ZooKeeper's commit pipeline full, few enough to bound memory.
