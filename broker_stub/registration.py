@@ -20,9 +20,7 @@ from controller_svc.adapters.zk import codecs, paths
 from controller_svc.adapters.zk.client import WatchKind, ZkClient
 from controller_svc.common.errors import (
     ControllerError,
-    ZkBadVersionError,
     ZkNodeExistsError,
-    ZkNoNodeError,
     ZkUnavailableError,
 )
 from controller_svc.common.model import BrokerInfo
@@ -129,14 +127,3 @@ class BrokerRegistration:
                 pass
         finally:
             self.zk.unwatch(self.path)
-
-    async def deregister(self) -> bool:
-        """Delete the registration if our session owns it."""
-        got = await self.zk.get_or_none(self.path)
-        if got is None or got[1].ephemeral_owner != self.zk.session_id:
-            return False
-        try:
-            await self.zk.delete(self.path, version=got[1].version)
-        except (ZkNoNodeError, ZkBadVersionError):
-            return False
-        return True

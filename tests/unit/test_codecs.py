@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import random
 
+import orjson
 import pytest
 
 from controller_svc.adapters.zk import codecs
@@ -223,3 +224,28 @@ def test_admin_requests_and_notifications_have_their_kafka_shapes() -> None:
         "entity_path": "topics/t",
     }
     assert codecs.decode_notification(b"[1]") is None and codecs.decode_notification(b"\xff") is None
+
+
+def test_partition_states_are_encoded_as_json_of_the_fields_in_kafkas_order() -> None:
+    """The formatted layout against orjson's encoding of the fields in Kafka's order, on
+    negative, zero, large and 32-bit-edge values and ISRs of 0 to 6 members."""
+    rng = random.Random(11)
+    for _ in range(5000):
+        state = LeaderIsrAndControllerEpoch(
+            rng.choice([-1, 0, 1, 127, 128, 2**31 - 1, rng.randint(-5, 10**6)]),
+            rng.choice([0, 1, 2**31 - 1, rng.randint(0, 10**9)]),
+            tuple(rng.sample(range(-1, 3000), rng.randint(0, 6))),
+            rng.randint(0, 9),
+            rng.choice([0, 1, 2**31 - 1, rng.randint(1, 10**6)]),
+        )
+        fields = {
+            "controller_epoch": state.controller_epoch,
+            "leader": state.leader,
+            "version": 1,
+            "leader_epoch": state.leader_epoch,
+            "isr": list(state.isr),
+        }
+        assert codecs.encode_partition_state(state) == orjson.dumps(fields)
+        assert codecs.decode_partition_state("/p", codecs.encode_partition_state(state), 3) == state._replace(
+            zk_version=3
+        )

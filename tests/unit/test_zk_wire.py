@@ -138,3 +138,22 @@ def test_the_failed_ops_come_back_as_aiozk_exceptions() -> None:
 
 def test_every_multi_reply_of_the_process_is_read_by_the_fast_codec() -> None:
     assert response_xref[14] is WriteMultiResponse
+
+
+@pytest.mark.parametrize("connect", ["127.0.0.1:2181", "127.0.0.1:2181/kafka", "127.0.0.1:2181/a/b/"])
+def test_a_multis_paths_get_what_aiozk_normalize_path_gives_them(connect: str) -> None:
+    """ZkClient prefixes the chroot to paths it finds already normal (all of a multi's at once)
+    and leaves any other to aiozk: either way, aiozk's normalize_path of each."""
+    import aiozk
+
+    from controller_svc.adapters.zk.client import ZkClient
+    from controller_svc.common.zk_settings import parse_connect_string
+
+    servers, chroot = parse_connect_string(connect)
+    zk = ZkClient(connect, 10000)
+    zk._client = aiozk.ZKClient(servers, chroot=chroot)
+    normal = ["/controller_epoch", "/brokers/topics/t/partitions/0/state", "/brokers/topics/é/partitions"]
+    odd = ["/", "brokers/ids", "/brokers//ids", "/brokers/ids/", "//x", "/a\n/b", "/a\n", ""]
+    batches = [normal, normal[:1], *([*normal, path] for path in odd), *([path] for path in odd)]
+    for paths in batches:
+        assert zk._full_paths(list(paths)) == [zk._client.normalize_path(p) for p in paths], paths
