@@ -147,3 +147,31 @@ def test_a_batch_derives_the_offline_encoding_only_from_its_own_state_and_assign
     ctx.encoded_offline_partition_states.clear()
     remember(ctx.encoded_partition_states, T1, ctx.partition_states[T1], ctx.assignments["t"][1])
     assert _parse(metadata_partition_fields(ctx, [T1])).partition_states[0] == t1
+
+
+def test_an_online_field_is_what_upb_serializes_byte_for_byte() -> None:
+    """The field joined from pieces against the message built and serialized by upb: zero
+    (omitted) and one- and two-byte values, the limit of the tables and beyond it, no leader,
+    empty, negative and large replica lists, empty and non-ASCII topics."""
+    import random
+
+    from controller_svc.core.metadata_encoding import state_message
+
+    rng = random.Random(7)
+    edges = [0, 1, 127, 128, 16383, 16384, 2**31 - 1]
+    for _ in range(20000):
+        tp = TopicPartition(rng.choice(["", "t", "led-003", "é" * rng.randint(1, 70)]), rng.choice(edges[:-1]))
+        state = LeaderIsrAndControllerEpoch(
+            rng.choice([-1, *edges, rng.randint(0, 20000)]),
+            rng.choice([*edges, rng.randint(0, 40000)]),
+            tuple(rng.sample(range(-1, 20000), rng.randint(0, 5))),
+            rng.choice([*edges, rng.randint(0, 40000)]),
+            rng.choice([*edges, rng.randint(0, 40000)]),
+        )
+        assignment = ReplicaAssignment(tuple(rng.sample(range(-1, 20000), rng.randint(0, 5))))
+        expected = encode_field(state_message(tp, state, list(assignment.replicas), state.leader))
+        assert encode_online(tp, state, assignment) == expected, (tp, state, assignment)
+    listed = LeaderIsrAndControllerEpoch(1, 2, [1, 2], 3, 4)  # type: ignore[arg-type]
+    assert encode_online(T0, listed, ReplicaAssignment((1, 2))) == encode_field(
+        state_message(T0, listed, [1, 2], 1)
+    )
