@@ -172,6 +172,4 @@ def test_an_online_field_is_what_upb_serializes_byte_for_byte() -> None:
         expected = encode_field(state_message(tp, state, list(assignment.replicas), state.leader))
         assert encode_online(tp, state, assignment) == expected, (tp, state, assignment)
     listed = LeaderIsrAndControllerEpoch(1, 2, [1, 2], 3, 4)  # type: ignore[arg-type]
-    assert encode_online(T0, listed, ReplicaAssignment((1, 2))) == encode_field(
-        state_message(T0, listed, [1, 2], 1)
-    )
+    assert encode_online(T0, listed, ReplicaAssignment((1, 2))) == encode_field(state_message(T0, listed, [1, 2], 1))
