@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 
 import grpc
 
@@ -136,6 +137,7 @@ async def run_broker(config: Config) -> int:
     await stop_wait
 
     log.info("broker %d shutting down", broker_id)
+    phases = _Phases()
     # Not ready from the first moment of shutdown; the server still answers the controller's
     # requests during the controlled shutdown.
     await health.set_serving(False)
@@ -151,16 +153,39 @@ async def run_broker(config: Config) -> int:
             ),
             state_log,
         )
+        phases.mark("controlled shutdown")
     service.stop_applying()
     await cancel_and_wait(registration_task, reregister_task, isr_task, digests_task)
+    phases.mark("tasks stopped")
     # Deregistration is the session's close (KafkaServer.shutdown closes its ZooKeeper client):
     # ZooKeeper deletes the session's ephemeral registration before it answers the close, one
     # round trip. Reading and deleting the registration first added two, on cores the new
     # leaders were busy with (15-35 ms of a 10k-partition controlled shutdown's exit).
     await zk.close()
+    phases.mark("session closed")
     state_log.record("broker.shutdown", broker_id=broker_id, broker_epoch=state.broker_epoch)
     # Deregistered already: in-flight control requests get a moment, nothing new arrives.
     await server.stop(grace=0.3)
+    phases.mark("server stopped")
     await cancel_and_wait(monitor_task)
     state_log.close()
+    log.info("broker %d shut down in %s", broker_id, phases)
     return 0
+
+
+class _Phases:
+    """How long each step of the shutdown took, for its last log line (where an exit's time
+    went, the controlled shutdown's own and the steps after it)."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+        self._steps: list[tuple[str, float]] = []
+
+    def mark(self, step: str) -> None:
+        now = time.monotonic()
+        self._steps.append((step, (now - self._last) * 1000))
+        self._last = now
+
+    def __str__(self) -> str:
+        total = sum(ms for _, ms in self._steps)
+        return f"{total:.0f} ms (" + ", ".join(f"{step} {ms:.0f} ms" for step, ms in self._steps) + ")"
