@@ -161,12 +161,12 @@ async def run_broker(config: Config) -> int:
     # ZooKeeper deletes the session's ephemeral registration before it answers the close, one
     # round trip. Reading and deleting the registration first added two, on cores the new
     # leaders were busy with (15-35 ms of a 10k-partition controlled shutdown's exit).
-    await zk.close()
-    phases.mark("session closed")
+    # The gRPC server stops meanwhile: every control request is refused already
+    # (stop_applying), and one that finds it gone is resent by the controller just as a refused
+    # one is, until the registration's deletion tells the controller the broker left.
+    await asyncio.gather(zk.close(), server.stop(grace=0.3))
+    phases.mark("session closed and server stopped")
     state_log.record("broker.shutdown", broker_id=broker_id, broker_epoch=state.broker_epoch)
-    # Deregistered already: in-flight control requests get a moment, nothing new arrives.
-    await server.stop(grace=0.3)
-    phases.mark("server stopped")
     await cancel_and_wait(monitor_task)
     state_log.close()
     log.info("broker %d shut down in %s", broker_id, phases)
