@@ -14,7 +14,7 @@ import enum
 import itertools
 import logging
 import operator
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,7 +29,7 @@ from controller_svc.common.model import (
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.controller.slices import keep_in_slices
 from controller_svc.core.context import ControllerContext
-from controller_svc.core.election import ElectionStrategy, elect
+from controller_svc.core.election import ElectionResult, ElectionStrategy, elect
 from controller_svc.core.request_batch import RequestBatch
 from controller_svc.core.tracked import CountedStates
 
@@ -468,6 +468,14 @@ class PartitionStateMachine:
         topic: str | None = None
         parts: dict[int, ReplicaAssignment] = {}
         unclean_enabled = allow_unclean
+        # An election's outcome depends on the replicas, the ISR and the unclean permission once
+        # the strategy and the brokers are fixed (the leader epoch aside, bumped per partition):
+        # a slice's partitions share a handful of those, so each is elected once per slice. Not
+        # for reassignments (their target replicas come from the sets being moved) or with failed
+        # log dirs (which replicas are online is then per partition).
+        memo: dict[tuple[tuple[int, ...], tuple[int, ...], bool], ElectionResult] | None = (
+            {} if online_brokers is not None and strategy is not ElectionStrategy.REASSIGN else None
+        )
         for tp in partitions:
             if tp[0] != topic:  # per topic, not per partition (a slice is mostly one topic)
                 topic = tp[0]
@@ -482,14 +490,21 @@ class PartitionStateMachine:
                 raise ControllerMovedError(
                     f"{tp} was written by controller epoch {current.controller_epoch} > ours {epoch}"
                 )
-            online = ctx.online_replicas(tp) if online_brokers is None else online_brokers
-            election = elect(strategy, assignment, current, online, shutting, unclean_enabled)
+            if memo is not None and online_brokers is not None:
+                online: Collection[int] = online_brokers
+                key = (assignment.replicas, current.isr, unclean_enabled)
+                cached = memo.get(key)
+                if cached is None:
+                    cached = memo[key] = elect(strategy, assignment, current, online, shutting, unclean_enabled)
+                election = cached
+            else:
+                online = ctx.online_replicas(tp) if online_brokers is None else online_brokers
+                election = elect(strategy, assignment, current, online, shutting, unclean_enabled)
             leader = election.leader
             if leader is None:
                 result.failed[tp] = f"no eligible leader ({strategy.value})"
                 log.warning(
-                    "controller %d epoch %d: no eligible leader for %s by %s election: replicas %s, isr %s, "
-                    "online %s",
+                    "controller %d epoch %d: no eligible leader for %s by %s election: replicas %s, isr %s, online %s",
                     self.controller_id,
                     epoch,
                     tp,
@@ -500,7 +515,7 @@ class PartitionStateMachine:
                 )
                 continue
             proposals[tp] = new(
-                LeaderIsrAndControllerEpoch, (leader, election.leader_epoch, election.isr, current.zk_version, epoch)
+                LeaderIsrAndControllerEpoch, (leader, current.leader_epoch + 1, election.isr, current.zk_version, epoch)
             )
             previous[tp] = current
             if election.unclean:

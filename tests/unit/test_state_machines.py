@@ -520,3 +520,46 @@ async def test_isr_removal_reads_all_its_chunks_at_once_and_acts_on_each_write_a
     if fault == "conflict":  # the moved znode read again and written at its new version
         assert calls == ["read 2", "read 2", "read 1", "write 2", "write 2", "write 1", "read 1", "write 1"]
         assert store.znodes[TopicPartition("t", 3)].isr == (2, 3)
+
+
+@pytest.mark.parametrize(
+    "strategy", [ElectionStrategy.OFFLINE, ElectionStrategy.PREFERRED, ElectionStrategy.CONTROLLED_SHUTDOWN]
+)
+@pytest.mark.parametrize("cluster_unclean", [False, True])
+def test_elections_made_once_per_replicas_and_isr_are_each_partitions_own(
+    strategy: ElectionStrategy, cluster_unclean: bool
+) -> None:
+    """A slice elects once per (replicas, ISR, unclean permission): every partition's proposal
+    is what `elect` gives it alone, its own leader epoch bumped, on replica lists and ISRs that
+    repeat, with a shutting-down broker, a broker that is not live and a topic whose config
+    overrides the cluster's unclean default."""
+    import random
+
+    from controller_svc.controller.partition_state_machine import StateChangeResult
+    from controller_svc.core.election import elect
+
+    rng = random.Random(f"{strategy.value}-{cluster_unclean}")
+    assignments = {t: {p: rng.sample(range(1, 7), 3) for p in range(400)} for t in ("t", "u")}
+    ctx = context([1, 2, 3, 4, 5], assignments)  # broker 6 is not live
+    ctx.shutting_down_broker_ids.add(2)
+    ctx.topic_configs["u"] = {"unclean.leader.election.enable": str(not cluster_unclean).lower()}
+    tps = [TopicPartition(t, p) for t in ("t", "u") for p in range(400)]
+    for tp in tps:
+        replicas = assignments[tp.topic][tp.partition]
+        isr = tuple(rng.sample(replicas, rng.randint(1, 3)))
+        ctx.partition_states[tp] = LeaderIsrAndControllerEpoch(isr[0], rng.randint(0, 9), isr, rng.randint(0, 5), 3)
+    psm = PartitionStateMachine(ctx, FakePartitionStore(), RequestBatch(9, ctx), null_log(), 9, lambda: cluster_unclean)
+    result = StateChangeResult()
+    decided = psm._decide(tps, strategy, result, allow_unclean=False)
+    moved = 0
+    for tp in tps:
+        state = ctx.partition_states[tp]
+        unclean = ctx.unclean_election_enabled(tp.topic, cluster_unclean)
+        own = elect(strategy, ctx.assignments[tp.topic][tp.partition], state, ctx.live_broker_ids, {2}, unclean)
+        if own.leader is None:
+            assert tp in result.failed and tp not in decided.proposals
+            continue
+        moved += 1
+        assert decided.proposals[tp] == (own.leader, state.leader_epoch + 1, own.isr, state.zk_version, 3), tp
+        assert (tp in decided.unclean) == own.unclean, tp
+    assert 0 < moved < len(tps)
