@@ -50,12 +50,18 @@ def state_message(
 def encode_online(tp: TopicPartition, state: LeaderIsrAndControllerEpoch, assignment: ReplicaAssignment) -> bytes:
     """The field of a partition with a state, every replica live, its topic not being deleted:
     what `request_batch.metadata_partition_fields` builds for it, byte for byte what upb
-    serializes. Joined from encoded pieces when every number is small (`_SMALL`): about a third
-    of the time of building the message and serializing it (0.83 vs 2.34 ms per 1000), and the
-    one encoding per partition every leader change, controlled shutdown and failover makes;
-    any other partition is built and serialized by upb."""
+    serializes. Joined from encoded pieces instead of building the message and serializing it
+    (about 0.4x the time with small numbers, `bench/results/encoding.json`): the one encoding
+    per partition every leader change, controlled shutdown and failover makes. Numbers below
+    `_SMALL` come from tables, larger ones are encoded on the spot; a negative number (no
+    leader) or one past int32 leaves the partition to upb."""
     topic, partition = tp
     leader, leader_epoch, isr, zk_version, controller_epoch = state
+    isr_field = _packed_field(_ISR_TAG, isr)
+    replicas_field = _packed_field(_REPLICAS_TAG, assignment.replicas)
+    if isr_field is None or replicas_field is None:
+        return encode_field(state_message(tp, state, list(assignment.replicas), state.leader))
+    tables = _tables if _tables is not None else _build_tables()
     if (
         0 <= partition < _SMALL
         and 0 <= controller_epoch < _SMALL
@@ -63,11 +69,8 @@ def encode_online(tp: TopicPartition, state: LeaderIsrAndControllerEpoch, assign
         and 0 <= leader_epoch < _SMALL
         and 0 <= zk_version < _SMALL
     ):
-        isr_field = _packed_field(_ISR_TAG, isr)
-        replicas_field = _packed_field(_REPLICAS_TAG, assignment.replicas)
-        if isr_field is not None and replicas_field is not None:
-            tables = _tables if _tables is not None else _build_tables()
-            message = b"".join(
+        return as_field(
+            b"".join(
                 (
                     _topic_field(topic),
                     tables[0][partition],
@@ -79,7 +82,29 @@ def encode_online(tp: TopicPartition, state: LeaderIsrAndControllerEpoch, assign
                     replicas_field,
                 )
             )
-            return as_field(message)
+        )
+    if (
+        0 <= partition < _INT32_END
+        and 0 <= controller_epoch < _INT32_END
+        and 0 <= leader < _INT32_END
+        and 0 <= leader_epoch < _INT32_END
+        and 0 <= zk_version < _INT32_END
+    ):
+        # Long-lived partitions: leader epochs and znode versions grow past the tables.
+        return as_field(
+            b"".join(
+                (
+                    _topic_field(topic),
+                    _scalar(tables, 0, partition),
+                    _scalar(tables, 1, controller_epoch),
+                    _scalar(tables, 2, leader),
+                    _scalar(tables, 3, leader_epoch),
+                    isr_field,
+                    _scalar(tables, 4, zk_version),
+                    replicas_field,
+                )
+            )
+        )
     return encode_field(state_message(tp, state, list(assignment.replicas), state.leader))
 
 
@@ -88,8 +113,10 @@ def encode_online(tp: TopicPartition, state: LeaderIsrAndControllerEpoch, assign
 # int32 as a varint, a repeated int32 packed (its tag, the length, the varints), a string as its
 # tag, length and UTF-8. Numbers below _SMALL (one or two varint bytes) come from tables.
 _SMALL = 1 << 14
+_INT32_END = 1 << 31
 _SCALAR_FIELDS = ("partition", "controller_epoch", "leader", "leader_epoch", "zk_version")
 _FIELDS = common_pb2.PartitionState.DESCRIPTOR.fields_by_name
+_SCALAR_TAGS = [bytes([_FIELDS[name].number << 3]) for name in _SCALAR_FIELDS]
 _ISR_TAG = bytes([(_FIELDS["isr"].number << 3) | 2])
 _REPLICAS_TAG = bytes([(_FIELDS["replicas"].number << 3) | 2])
 _TOPIC_TAG = bytes([(_FIELDS["topic"].number << 3) | 2])
@@ -106,18 +133,24 @@ _topics: dict[str, bytes] = {}
 _MAX_KEPT = 100_000
 
 
+def _scalar(tables: list[list[bytes]], index: int, value: int) -> bytes:
+    """Scalar field `index` of _SCALAR_FIELDS holding `value` (non-negative)."""
+    if value < _SMALL:
+        return tables[index][value]
+    return _SCALAR_TAGS[index] + varint(value)
+
+
 def _build_tables() -> list[list[bytes]]:
     global _tables
     tables = []
-    for name in _SCALAR_FIELDS:
-        tag = bytes([_FIELDS[name].number << 3])
+    for tag in _SCALAR_TAGS:
         tables.append([tag + varint(value) if value else b"" for value in range(_SMALL)])
     _tables = tables
     return tables
 
 
 def _packed_field(tag: bytes, values: tuple[int, ...]) -> bytes | None:
-    """A packed repeated field of `values`; None when one of them is not small."""
+    """A packed repeated field of `values`; None when one of them is negative or past int32."""
     key = (tag, values)
     try:
         return _packed[key]
@@ -128,7 +161,7 @@ def _packed_field(tag: bytes, values: tuple[int, ...]) -> bytes | None:
     field: bytes | None
     if not values:
         field = b""
-    elif min(values) < 0 or max(values) >= _SMALL:
+    elif min(values) < 0 or max(values) >= _INT32_END:
         field = None
     else:
         body = b"".join([varint(value) for value in values])
