@@ -15,7 +15,6 @@ from pyspark.sql import functions as F
 from controller_svc.analytics import schema
 from controller_svc.analytics.timelines import POSITION_COLUMNS, of_kind, position, ref
 
-LIFETIME_BUCKETS = 1024
 VIOLATION_COLUMNS = ("cluster", "invariant", "subject", "detail", "ts", "records")
 
 
@@ -139,109 +138,65 @@ def stale_controller_epoch_applied(events: DataFrame) -> DataFrame:
     )
 
 
-def _not_after(pos: Column, ts: Column) -> Column:
-    """pos <= position() of the row at `ts`, comparing the full positions only within one
-    millisecond: evaluated for every (row, candidate) pair of a range join, where building the
-    row's position struct for each pair was most of the cost."""
-    return (pos["ts"] < ts) | ((pos["ts"] == ts) & (pos <= position()))
-
-
-def _with_incarnation(rows: DataFrame, starts: DataFrame) -> DataFrame:
-    """Adds `incarnation` to a broker's rows: how many times its process had started (its
-    broker.started records) at the row's position, 0 before the first.
-
-    Each process lifetime, [a broker.started, the next one), is a row of a small broadcast table,
-    repeated for every time bucket (1/LIFETIME_BUCKETS of the starts' span) it overlaps, so a
-    row meets the one or two lifetimes of its node and bucket instead of all of them (a
-    per-row filter over every start was most of leader_epoch_regression's time at 10M events).
-    """
-    in_node = Window.partitionBy("cluster", "node").orderBy(*POSITION_COLUMNS)
-    lifetimes = starts.select(
-        "cluster",
-        "node",
-        position().alias("started_pos"),
-        F.row_number().over(in_node).alias("incarnation"),
-        F.lead(position()).over(in_node).alias("next_started_pos"),
-    )
-    span = lifetimes.agg(F.min("started_pos.ts").alias("lo"), F.max("started_pos.ts").alias("hi")).first()
-    if span is None or span["lo"] is None:
-        return rows.withColumn("incarnation", F.lit(0))
-    lo, hi = int(span["lo"]), int(span["hi"])
-    width = max(1, (hi - lo) // LIFETIME_BUCKETS + 1)
-    last_bucket = (hi - lo) // width
-
-    def bucket(ts: Column) -> Column:
-        return F.least(F.greatest(F.floor((ts - lo) / width), F.lit(0)), F.lit(last_bucket)).cast("long")
-
-    bucketed = lifetimes.select(
-        "*",
-        F.explode(
-            F.sequence(
-                bucket(F.col("started_pos.ts")),
-                bucket(F.coalesce(F.col("next_started_pos.ts"), F.lit(hi))),
-            )
-        ).alias("bucket"),
-    )
-    joined = (
-        rows.withColumn("bucket", bucket(F.col("ts")))
-        .alias("r")
-        .join(
-            F.broadcast(bucketed.alias("l")),
-            (F.col("r.cluster") == F.col("l.cluster"))
-            & (F.col("r.node") == F.col("l.node"))
-            & (F.col("r.bucket") == F.col("l.bucket"))
-            & _not_after(F.col("l.started_pos"), F.col("r.ts"))
-            & (F.col("l.next_started_pos").isNull() | ~_not_after(F.col("l.next_started_pos"), F.col("r.ts"))),
-            "left",
-        )
-        .select("r.*", F.coalesce(F.col("l.incarnation"), F.lit(0)).alias("incarnation"))
-        .drop("bucket")
-    )
-    return joined
-
-
 def leader_epoch_regression(events: DataFrame) -> DataFrame:
     """Per broker and partition, the leader epochs of applied leader/follower roles strictly
     increase. Deleting the replica (StopReplica with delete) starts over: a recreated topic's
     partitions begin again at epoch 0. A restarted broker process (broker.started) has lost its
     in-memory epochs, as a Kafka broker's Partition objects are, and may re-apply the epoch it
-    last applied; it must never apply a lower one."""
+    last applied; it must never apply a lower one.
+
+    One sort of the role changes per (broker, partition) finds, for each record, the highest
+    epoch applied before it in the same generation and the latest record at that epoch. A lower
+    epoch is a violation outright; the same epoch only when the broker did not start between
+    that record and this one, which is asked of the few same-epoch re-applications alone (a
+    join of every role change with its broker's process lifetimes was most of the check's time
+    at 10M events).
+    """
     keys = ["cluster", "node", "topic", "partition"]
     roles = of_kind(events, "partition.role_changed").filter(
         (F.col("node_role") == "broker") & F.col("role").isin("leader", "follower", "deleted")
     )
-    with_incarnation = _with_incarnation(roles, of_kind(events, "broker.started"))
     # The numeric key first: Spark's sort compares a prefix of the first key, and cluster is often constant.
     timeline = Window.partitionBy("partition", "node", "topic", "cluster").orderBy(*POSITION_COLUMNS)
     before = timeline.rowsBetween(Window.unboundedPreceding, -1)
     is_deleted = F.col("role") == "deleted"
     # Deletions count generations and contribute nothing to the highest epoch so far (both
-    # windows share one sort).
-    generations = with_incarnation.withColumn(
-        "generation", F.coalesce(F.sum(is_deleted.cast("int")).over(before), F.lit(0))
-    )
-    regressed = generations.select(
+    # windows share one sort). Among earlier records at the highest epoch, the latest (by
+    # position) is the one a restart must separate this record from.
+    generations = roles.withColumn("generation", F.coalesce(F.sum(is_deleted.cast("int")).over(before), F.lit(0)))
+    reapplied_or_lower = generations.select(
         *keys,
         "ts",
         "role",
         "leader_epoch",
         "generation",
-        "incarnation",
+        position().alias("pos"),
         evidence().alias("evidence"),
-        F.max(F.when(~is_deleted, F.struct("generation", "leader_epoch", "incarnation", evidence().alias("evidence"))))
+        F.max(
+            F.when(
+                ~is_deleted,
+                F.struct("generation", "leader_epoch", position().alias("pos"), evidence().alias("evidence")),
+            )
+        )
         .over(before)
         .alias("prev"),
     ).filter(
         ~is_deleted
         & (F.col("prev.generation") == F.col("generation"))
-        & (
-            (F.col("leader_epoch") < F.col("prev.leader_epoch"))
-            | (
-                (F.col("leader_epoch") == F.col("prev.leader_epoch"))
-                & (F.col("incarnation") == F.col("prev.incarnation"))
-            )
-        )
+        & (F.col("leader_epoch") <= F.col("prev.leader_epoch"))
     )
+    # A broker.started at or before a record begins the process lifetime the record belongs to.
+    # One anti join keeps every lower epoch (the condition never holds for them) and the
+    # re-applications without a start in between, so the window's sort runs once.
+    starts = of_kind(events, "broker.started").select("cluster", "node", position().alias("started_pos"))
+    allowed_by_restart = (
+        (F.col("r.cluster") == F.col("s.cluster"))
+        & (F.col("r.node") == F.col("s.node"))
+        & (F.col("r.leader_epoch") == F.col("r.prev.leader_epoch"))
+        & (F.col("s.started_pos") > F.col("r.prev.pos"))
+        & (F.col("s.started_pos") <= F.col("r.pos"))
+    )
+    regressed = reapplied_or_lower.alias("r").join(starts.alias("s"), allowed_by_restart, "left_anti")
     return _violations(
         regressed,
         schema.LEADER_EPOCH_REGRESSION,

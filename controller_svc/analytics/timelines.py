@@ -8,6 +8,8 @@ inside a millisecond, which the controller's own records (broker change, then el
 
 from __future__ import annotations
 
+import functools
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -49,16 +51,65 @@ def liveness_records(events: DataFrame, role: str) -> DataFrame:
     )
 
 
+# Up to this many query times for one key, records meet their key's times in a broadcast join;
+# beyond it (a node lost thousands of times in a long history) they are sorted with them.
+JOINED_QUERY_TIMES = 64
+
+
 def last_record_before(
     queries: DataFrame, records: DataFrame, keys: list[str], at: str, inclusive: bool, alias: str
 ) -> DataFrame:
     """For each query row, the latest `ts` among `records` with the same keys before the query's
     `at` (at or before it when `inclusive`), as column `alias` (null when there is none).
 
-    An as-of join done as one sort: queries and records of each key in time order, a running
-    max of the records' ts read off at each query. Joining every query with every record of its
-    node and keeping the latest was quadratic: 115 losses x 300k records per broker at 10M events.
+    The query times of a key cut its time line into slots; each record falls into one slot and
+    one aggregate keeps each slot's latest record; a query's answer is the latest of the slots
+    before it. With few times per key (losses per broker, failovers per controller) a record
+    finds its slot in a broadcast join against its key's times, no sort of the records needed;
+    with many, by one sort of records and queries together (`_sorted_last_record_before`).
+    Joining every query with every record of its node and keeping the latest was quadratic:
+    115 losses x 300k records per broker at 10M events.
     """
+    # Few rows with a long lineage (elections, losses): computed once, for the choice below and the answer.
+    queries = queries.localCheckpoint()
+    timed = queries.filter(F.col(at).isNotNull()).select(*keys, F.col(at).alias("_at")).distinct()
+    most = timed.groupBy(*keys).count().agg(F.max("count")).first()
+    if most is None or most[0] is None:
+        return queries.withColumn(alias, F.lit(None).cast("bigint"))
+    if int(most[0]) > JOINED_QUERY_TIMES:
+        return _sorted_last_record_before(queries, records, keys, at, inclusive, alias)
+    in_key = Window.partitionBy(*keys).orderBy("_at")
+    # Slot k of a key: after its (k-1)th query time (at or after it when inclusive), up to its kth.
+    slots = timed.select(*keys, "_at", F.lag("_at").over(in_key).alias("_after"))
+    ts = F.col("r.ts")
+    in_slot = (ts <= F.col("s._at") if inclusive else ts < F.col("s._at")) & (
+        F.col("s._after").isNull() | (ts > F.col("s._after") if inclusive else ts >= F.col("s._after"))
+    )
+    same_key = functools.reduce(lambda a, b: a & b, [F.col(f"r.{k}") == F.col(f"s.{k}") for k in keys])
+    latest_per_slot = (
+        records.select(*keys, "ts")
+        .alias("r")
+        .join(F.broadcast(slots.alias("s")), same_key & in_slot)
+        .groupBy(*[F.col(f"s.{k}").alias(k) for k in keys], F.col("s._at").alias("_slot"))
+        .agg(F.max(ts).alias("_latest"))
+    )
+    answers = (
+        timed.alias("q")
+        .join(latest_per_slot.alias("l"), [F.col(f"q.{k}") == F.col(f"l.{k}") for k in keys], "left")
+        .filter(F.col("l._slot").isNull() | (F.col("l._slot") <= F.col("q._at")))
+        .groupBy(*[F.col(f"q.{k}").alias(f"_answer_{k}") for k in keys], F.col("q._at").alias("_at"))
+        .agg(F.max("l._latest").alias(alias))
+    )
+    matches = [F.col(k).eqNullSafe(F.col(f"_answer_{k}")) for k in keys] + [F.col(at) == F.col("_at")]
+    joined = queries.join(answers, functools.reduce(lambda a, b: a & b, matches), "left")
+    return joined.select(*queries.columns, alias)
+
+
+def _sorted_last_record_before(
+    queries: DataFrame, records: DataFrame, keys: list[str], at: str, inclusive: bool, alias: str
+) -> DataFrame:
+    """last_record_before as one sort: queries and records of each key in time order, a running
+    max of the records' ts read off at each query."""
     query_row = F.struct(*[F.col(c) for c in queries.columns])
     marked = queries.select(*keys, F.col(at).alias("_t"), F.lit(1).alias("_q"), query_row.alias("_row"))
     row_type = marked.schema["_row"].dataType
