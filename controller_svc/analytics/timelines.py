@@ -70,8 +70,10 @@ def last_record_before(
     Joining every query with every record of its node and keeping the latest was quadratic:
     115 losses x 300k records per broker at 10M events.
     """
-    # Few rows with a long lineage (elections, losses): computed once, for the choice below and the answer.
-    queries = queries.localCheckpoint()
+    # Few rows with a long lineage (elections, losses): computed once, for the choice below and the
+    # answer. A cache, not a local checkpoint: an executor lost meanwhile (dynamic allocation on a
+    # cluster) only costs a recomputation.
+    queries = queries.cache()
     timed = queries.filter(F.col(at).isNotNull()).select(*keys, F.col(at).alias("_at")).distinct()
     most = timed.groupBy(*keys).count().agg(F.max("count")).first()
     if most is None or most[0] is None:
