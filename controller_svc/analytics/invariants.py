@@ -13,7 +13,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from controller_svc.analytics import schema
-from controller_svc.analytics.timelines import POSITION_COLUMNS, of_kind, position, ref
+from controller_svc.analytics.timelines import POSITION_COLUMNS, of_kind, of_role, position, ref
 
 VIOLATION_COLUMNS = ("cluster", "invariant", "subject", "detail", "ts", "records")
 
@@ -47,9 +47,9 @@ def single_controller_per_epoch(events: DataFrame) -> DataFrame:
             "cluster", "controller_epoch", F.col("controller_id").alias("claimant"), "ts", "file", "block", "mid"
         )
         .unionByName(
-            of_kind(events, "request.sent")
-            .filter(F.col("node_role") == "controller")
-            .select("cluster", "controller_epoch", F.col("node_id").alias("claimant"), "ts", "file", "block", "mid")
+            of_role(of_kind(events, "request.sent"), "controller").select(
+                "cluster", "controller_epoch", F.col("node_id").alias("claimant"), "ts", "file", "block", "mid"
+            )
         )
         .unionByName(
             of_kind(events, "request.received").select(
@@ -107,9 +107,7 @@ def single_controller_per_epoch(events: DataFrame) -> DataFrame:
 def stale_controller_epoch_applied(events: DataFrame) -> DataFrame:
     """No broker applies a request whose controller epoch is below one it already applied
     (KafkaController's epoch fencing, KAFKA-1120 and friends)."""
-    applied = of_kind(events, "request.received").filter(
-        (F.col("result") == "applied") & (F.col("node_role") == "broker")
-    )
+    applied = of_role(of_kind(events, "request.received"), "broker").filter(F.col("result") == "applied")
     earlier = Window.partitionBy("node", "cluster").orderBy(position()).rowsBetween(Window.unboundedPreceding, -1)
     stale = applied.select(
         "cluster",
@@ -153,8 +151,8 @@ def leader_epoch_regression(events: DataFrame) -> DataFrame:
     at 10M events).
     """
     keys = ["cluster", "node", "topic", "partition"]
-    roles = of_kind(events, "partition.role_changed").filter(
-        (F.col("node_role") == "broker") & F.col("role").isin("leader", "follower", "deleted")
+    roles = of_role(of_kind(events, "partition.role_changed"), "broker").filter(
+        F.col("role").isin("leader", "follower", "deleted")
     )
     # The numeric key first: Spark's sort compares a prefix of the first key, and cluster is often constant.
     timeline = Window.partitionBy("partition", "node", "topic", "cluster").orderBy(*POSITION_COLUMNS)
