@@ -266,15 +266,18 @@ def _node_id() -> Column:
     return F.substring_index(F.col("node"), "-", -1).try_cast("long")
 
 
+def with_node_columns(frame: DataFrame) -> DataFrame:
+    """Adds node_role and node_id, derived from the `node` column."""
+    return frame.withColumn("node_role", _node_role()).withColumn("node_id", _node_id())
+
+
 def events(spark: SparkSession, out: str, cluster_by: ClusterBy) -> DataFrame:
     """The usable records, as written by `ingest`, with cluster, node_role and node_id."""
     table = spark.read.schema(events_schema()).parquet(f"{out}/events")
-    return (
+    return with_node_columns(
         table.filter(F.col("status") == "ok")
         .drop("status", "reason_malformed", "value")
         .withColumn("cluster", cluster_by.column(F.col("file")))
-        .withColumn("node_role", _node_role())
-        .withColumn("node_id", _node_id())
     )
 
 

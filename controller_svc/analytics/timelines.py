@@ -14,6 +14,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from controller_svc.analytics import schema
+from controller_svc.analytics.ingest import with_node_columns
 
 POSITION_COLUMNS = ("ts", "file", "block", "mid")
 
@@ -40,8 +41,13 @@ def of_role(events: DataFrame, role: str) -> DataFrame:
     so Parquet cannot filter on it; the node-name prefix it implies can: the scan skips the
     files whose node statistics hold only other nodes. A controller's scans then read the
     controllers' few records instead of every broker's (10M events: 1.6M rows read, not 10M)."""
+    return events.filter(_named_as(role) & (F.col("node_role") == role))
+
+
+def _named_as(role: str) -> Column:
+    """The node's name begins as a `role` node's does (contract 5: controller-N, broker-N)."""
     assert role in ("controller", "broker"), role
-    return events.filter(F.col("node").startswith(f"{role}-") & (F.col("node_role") == role))
+    return F.col("node").startswith(f"{role}-")
 
 
 # --- controllers ---------------------------------------------------------------------------
@@ -52,17 +58,25 @@ def liveness_records(events: DataFrame, role: str) -> DataFrame:
     at a fixed interval: for them, the last record of any kind bounds when the process stopped.
     A node without liveness records (an older log) gives no such bound: its losses are counted
     from when they were seen, as before."""
-    with_liveness = of_kind(events, "node.alive").select("cluster", "node").distinct()
+    # The role and id are derived from a node's name once per node, not once per record.
+    alive_nodes = with_node_columns(of_kind(events, "node.alive").select("cluster", "node").distinct())
+    nodes = of_role(alive_nodes, role).select("cluster", "node", "node_id")
     return (
-        of_role(events, role)
+        events.filter(_named_as(role))
+        .select("cluster", "node", "ts")
+        .join(F.broadcast(nodes), ["cluster", "node"])
         .select("cluster", "node", "node_id", "ts")
-        .join(F.broadcast(with_liveness), ["cluster", "node"], "left_semi")
     )
 
 
 # Up to this many query times for one key, records meet their key's times in a broadcast join;
 # beyond it (a node lost thousands of times in a long history) they are sorted with them.
 JOINED_QUERY_TIMES = 64
+# The broadcast slot table is cut into time buckets (at most this many per key, and this many
+# rows in all), so that a record is compared with the one or two slots of its bucket instead of
+# every slot of its key: 9M broker records x ~40 losses per broker were 360M comparisons.
+SLOT_BUCKETS_PER_KEY = 1024
+SLOT_BUCKET_ROWS = 200_000
 
 
 def last_record_before(
@@ -74,8 +88,9 @@ def last_record_before(
     The query times of a key cut its time line into slots; each record falls into one slot and
     one aggregate keeps each slot's latest record; a query's answer is the latest of the slots
     before it. With few times per key (losses per broker, failovers per controller) a record
-    finds its slot in a broadcast join against its key's times, no sort of the records needed;
-    with many, by one sort of records and queries together (`_sorted_last_record_before`).
+    finds its slot in a broadcast join against its key's times cut into time buckets (so it
+    meets the one or two slots of its bucket, not all of its key's), no sort of the records
+    needed; with many, by one sort of records and queries together (`_sorted_last_record_before`).
     Joining every query with every record of its node and keeping the latest was quadratic:
     115 losses x 300k records per broker at 10M events.
     """
@@ -84,23 +99,44 @@ def last_record_before(
     # cluster) only costs a recomputation.
     queries = queries.cache()
     timed = queries.filter(F.col(at).isNotNull()).select(*keys, F.col(at).alias("_at")).distinct()
-    most = timed.groupBy(*keys).count().agg(F.max("count")).first()
-    if most is None or most[0] is None:
+    shape = (
+        timed.groupBy(*keys)
+        .agg(F.count("*").alias("times"))
+        .agg(F.max("times"), F.count("*"))
+        .crossJoin(timed.agg(F.min("_at"), F.max("_at")))
+        .first()
+    )
+    if shape is None or shape[0] is None:
         return queries.withColumn(alias, F.lit(None).cast("bigint"))
-    if int(most[0]) > JOINED_QUERY_TIMES:
+    most, key_count, first_at, last_at = (int(v) for v in shape)
+    if most > JOINED_QUERY_TIMES:
         return _sorted_last_record_before(queries, records, keys, at, inclusive, alias)
+    # Bucket b holds the times [first_at + b * width, first_at + (b + 1) * width); earlier and
+    # later times fall into the first and the last bucket, so every record has one.
+    buckets = max(1, min(SLOT_BUCKETS_PER_KEY, SLOT_BUCKET_ROWS // key_count))
+    width = (last_at - first_at) // buckets + 1
+
+    def bucket(t: Column) -> Column:
+        return F.least(F.greatest(F.floor((t - first_at) / width), F.lit(0)), F.lit(buckets - 1)).cast("int")
+
     in_key = Window.partitionBy(*keys).orderBy("_at")
-    # Slot k of a key: after its (k-1)th query time (at or after it when inclusive), up to its kth.
-    slots = timed.select(*keys, "_at", F.lag("_at").over(in_key).alias("_after"))
+    # Slot k of a key: after its (k-1)th query time (at or after it when inclusive), up to its
+    # kth; one row per bucket it spans (the first slot spans every bucket before its end).
+    slots = timed.select(*keys, "_at", F.lag("_at").over(in_key).alias("_after")).select(
+        *keys,
+        "_at",
+        "_after",
+        F.explode(F.sequence(F.coalesce(bucket(F.col("_after")), F.lit(0)), bucket(F.col("_at")))).alias("_bucket"),
+    )
     ts = F.col("r.ts")
     in_slot = (ts <= F.col("s._at") if inclusive else ts < F.col("s._at")) & (
         F.col("s._after").isNull() | (ts > F.col("s._after") if inclusive else ts >= F.col("s._after"))
     )
-    same_key = functools.reduce(lambda a, b: a & b, [F.col(f"r.{k}") == F.col(f"s.{k}") for k in keys])
+    same_bucket = functools.reduce(lambda a, b: a & b, [F.col(f"r.{k}") == F.col(f"s.{k}") for k in [*keys, "_bucket"]])
     latest_per_slot = (
-        records.select(*keys, "ts")
+        records.select(*keys, "ts", bucket(F.col("ts")).alias("_bucket"))
         .alias("r")
-        .join(F.broadcast(slots.alias("s")), same_key & in_slot)
+        .join(F.broadcast(slots.alias("s")), same_bucket & in_slot)
         .groupBy(*[F.col(f"s.{k}").alias(k) for k in keys], F.col("s._at").alias("_slot"))
         .agg(F.max(ts).alias("_latest"))
     )

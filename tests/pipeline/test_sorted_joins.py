@@ -25,7 +25,7 @@ def _pos(ts: int, file: str, mid: int) -> tuple[int, str, int, int]:
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("inclusive", [False, True])
-@pytest.mark.parametrize("search", ["joined", "sorted"])
+@pytest.mark.parametrize("search", ["joined", "joined-coarse", "sorted"])
 def test_last_record_before_is_the_latest_earlier_record(
     spark: Any, seed: int, inclusive: bool, search: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -34,10 +34,14 @@ def test_last_record_before_is_the_latest_earlier_record(
     from controller_svc.analytics import timelines
     from controller_svc.analytics.timelines import last_record_before
 
-    # Each key has about 20 query times: joined below the limit, sorted with none.
-    monkeypatch.setattr(timelines, "JOINED_QUERY_TIMES", 64 if search == "joined" else 0)
+    # Each key has about 20 query times: joined below the limit, sorted with none. Joined, the
+    # slots are cut into one bucket per ms of the queries' span, or (coarse) into 3 buckets, so
+    # that slots share buckets and span several.
+    monkeypatch.setattr(timelines, "JOINED_QUERY_TIMES", 0 if search == "sorted" else 64)
+    monkeypatch.setattr(timelines, "SLOT_BUCKETS_PER_KEY", 3 if search == "joined-coarse" else 1024)
     rng = random.Random(seed)
-    records = [("c", rng.choice("abc"), rng.randint(0, 60)) for _ in range(300)]
+    # Records also before the first and after the last query time (the first and last buckets).
+    records = [("c", rng.choice("abc"), rng.randint(-20, 90)) for _ in range(300)]
     queries = [("c", rng.choice("abcd"), q, rng.randint(-5, 70)) for q in range(80)]
     record_frame = spark.createDataFrame(records, "cluster string, k string, ts bigint")
     query_frame = spark.createDataFrame(queries, "cluster string, k string, qid bigint, at bigint")
