@@ -221,6 +221,22 @@ def test_malformed_lines_are_counted_with_file_and_line(spark: Any, tmp_path: pa
     assert outcome.exit_code == 0
 
 
+def test_the_ingest_status_and_the_reason_read_later_agree(spark: Any, tmp_path: pathlib.Path) -> None:
+    from pyspark.sql import functions as F
+
+    from controller_svc.analytics import ingest
+
+    scenarios.malformed(tmp_path / "logs")
+    parsed = ingest.parse(ingest.read_lines(spark, [str(tmp_path / "logs")]))
+    rows = parsed.select("status", ingest.bad_reason().alias("reason")).collect()
+    assert len(rows) == len(scenarios.MALFORMED)
+    assert sorted((r["status"], r["reason"] is not None) for r in rows) == sorted(
+        ("ok" if reason is None else "bad", reason is not None) for _line, reason in scenarios.MALFORMED
+    )
+    assert all((r["status"] == "bad") == (r["reason"] is not None) for r in rows)
+    assert parsed.filter(F.col("status") == "ok").filter(F.col("value").isNotNull()).count() == 0
+
+
 def test_generated_history_with_injected_violations(spark: Any, tmp_path: pathlib.Path) -> None:
     inject = {name: n for name, n in zip(schema.INVARIANTS, (2, 3, 4, 3), strict=True)}
     expected = synthetic.generate(tmp_path / "logs", 60_000, brokers=6, partitions=300, seed=7, inject=inject)
