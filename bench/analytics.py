@@ -10,7 +10,8 @@ preferred elections; cached under --dir), then time
   seconds per step (`timings_s` of its summary.json: where the time goes);
 - `warm_s`: the same analysis again in this process's JVM, already warm;
 - the floor, in the same run on the same files: Spark itself reading the JSON with the same
-  schema and hashing every column (the parse, without any analysis), warm.
+  schema and hashing every column (the parse, without any analysis), warm; the faster of
+  Spark's default file splits and the ingest's.
 
 Prints JSON: both times per size, their ratios to the floor, and whether the cost per event is
 flat (seconds per million events at the largest size over the smallest). Targets (issue 13):
@@ -46,19 +47,30 @@ def history(base: pathlib.Path, events: int) -> tuple[pathlib.Path, dict[str, An
     return directory / "logs", json.loads(answers.read_text())
 
 
-def floor_seconds(spark: Any, logs: pathlib.Path) -> float:
+def floor_seconds(spark: Any, logs: pathlib.Path) -> dict[str, float]:
+    """Spark's JSON parse of the files with its default file splits and with the ingest's
+    (ingest.split_bytes); the floor is the faster: the best Spark itself does."""
+    files = ingest.input_sizes(spark, [str(logs)])
+    tuned = ingest.split_bytes(sum(files.values()), spark.sparkContext.defaultParallelism)
+    return {
+        "default_splits": _parse_seconds(spark, sorted(files), None),
+        "ingest_splits": _parse_seconds(spark, sorted(files), tuned),
+    }
+
+
+def _parse_seconds(spark: Any, files: list[str], split: int | None) -> float:
     from pyspark.sql import functions as F
 
-    started = time.monotonic()
-    frame = (
-        spark.read.schema(ingest.record_schema())
-        .option("recursiveFileLookup", "true")
-        .option("pathGlobFilter", ingest.STATE_CHANGE_GLOB)
-        .json(str(logs))
-    )
-    # Every column is used (summed through a hash), so the JSON parser cannot skip any field.
-    frame.agg(F.sum(F.hash(*frame.columns).cast("long"))).collect()
-    return time.monotonic() - started
+    if split is not None:
+        spark.conf.set(ingest.SPLIT_CONF, str(split))
+    try:
+        started = time.monotonic()
+        frame = spark.read.schema(ingest.record_schema()).json(files)
+        # Every column is used (summed through a hash), so the JSON parser cannot skip any field.
+        frame.agg(F.sum(F.hash(*frame.columns).cast("long"))).collect()
+        return time.monotonic() - started
+    finally:
+        spark.conf.unset(ingest.SPLIT_CONF)
 
 
 def cold_run(logs: pathlib.Path, out: pathlib.Path, master: str) -> tuple[float, dict[str, Any]]:
@@ -96,7 +108,8 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     for size in sizes:
         logs, expected = history(base, size)
-        floor = floor_seconds(spark, logs)
+        floors = floor_seconds(spark, logs)
+        floor = min(floors.values())
         started = time.monotonic()
         outcome = job.analyze(spark, [str(logs)], str(base / f"out-{size}"))
         took = time.monotonic() - started
@@ -109,6 +122,7 @@ def main() -> None:
                 "warm_s": round(took, 1),
                 "events_per_s_cold": round(summary["events"] / cold_s),
                 "floor_json_parse_s": round(floor, 1),
+                "floor_by_split_s": {name: round(seconds, 1) for name, seconds in floors.items()},
                 "cold_ratio_to_floor": round(cold_s / floor, 2),
                 "warm_ratio_to_floor": round(took / floor, 2),
                 "cold_timings_s": cold_summary.get("timings_s"),
