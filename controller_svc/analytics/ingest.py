@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -150,11 +151,13 @@ class LineIndex:
         self._spark = spark
         self._out = out
         self._table: DataFrame | None = None
+        self._lock = threading.Lock()  # the job's concurrent branches may ask at once
 
     def table(self) -> DataFrame:
-        if self._table is None:
-            self._table = splits(self._spark, self._out)
-        return self._table
+        with self._lock:
+            if self._table is None:
+                self._table = splits(self._spark, self._out)
+            return self._table
 
 
 def with_line(frame: DataFrame, split_table: DataFrame) -> DataFrame:
