@@ -11,7 +11,7 @@ preferred elections; cached under --dir), then time
 - `warm_s`: the same analysis again in this process's JVM, already warm;
 - the floor, in the same run on the same files: Spark itself reading the JSON with the same
   schema and hashing every column (the parse, without any analysis), warm; the faster of
-  Spark's default file splits and the ingest's.
+  Spark's default file splits and smaller ones that balance the last wave of tasks.
 
 Prints JSON: both times per size, their ratios to the floor, and whether the cost per event is
 flat (seconds per million events at the largest size over the smallest). Targets (issue 13):
@@ -29,12 +29,14 @@ import sys
 import tempfile
 import time
 from typing import Any
+from urllib.parse import urlparse
 
 from bench import common
 from controller_svc.analytics import ingest, job, session, synthetic
 
 TARGET_COLD_S_FOR_10M = 90.0
 TARGET_RATIO_TO_FLOOR = 3.0
+SPLIT_CONF = "spark.sql.files.maxPartitionBytes"
 
 
 def history(base: pathlib.Path, events: int) -> tuple[pathlib.Path, dict[str, Any]]:
@@ -48,13 +50,16 @@ def history(base: pathlib.Path, events: int) -> tuple[pathlib.Path, dict[str, An
 
 
 def floor_seconds(spark: Any, logs: pathlib.Path) -> dict[str, float]:
-    """Spark's JSON parse of the files with its default file splits and with the ingest's
-    (ingest.split_bytes); the floor is the faster: the best Spark itself does."""
-    files = ingest.input_sizes(spark, [str(logs)])
-    tuned = ingest.split_bytes(sum(files.values()), spark.sparkContext.defaultParallelism)
+    """Spark's JSON parse of the files with its default file splits and with splits of about
+    1/16th of the input per core (a short last wave of tasks: at 10M events on 2 cores, 36
+    tasks of ~45 MB rather than 17 of ~90 MB with one core idle through the last); the floor is
+    the faster, the best Spark itself does."""
+    files = sorted(ingest.list_inputs(spark, [str(logs)]))
+    total = sum(pathlib.Path(urlparse(f).path).stat().st_size for f in files)
+    balanced = max(4 << 20, -(-total // (spark.sparkContext.defaultParallelism * 16)))
     return {
-        "default_splits": _parse_seconds(spark, sorted(files), None),
-        "ingest_splits": _parse_seconds(spark, sorted(files), tuned),
+        "default_splits": _parse_seconds(spark, files, None),
+        "balanced_splits": _parse_seconds(spark, files, balanced),
     }
 
 
@@ -62,7 +67,7 @@ def _parse_seconds(spark: Any, files: list[str], split: int | None) -> float:
     from pyspark.sql import functions as F
 
     if split is not None:
-        spark.conf.set(ingest.SPLIT_CONF, str(split))
+        spark.conf.set(SPLIT_CONF, str(split))
     try:
         started = time.monotonic()
         frame = spark.read.schema(ingest.record_schema()).json(files)
@@ -70,7 +75,7 @@ def _parse_seconds(spark: Any, files: list[str], split: int | None) -> float:
         frame.agg(F.sum(F.hash(*frame.columns).cast("long"))).collect()
         return time.monotonic() - started
     finally:
-        spark.conf.unset(ingest.SPLIT_CONF)
+        spark.conf.unset(SPLIT_CONF)
 
 
 def cold_run(logs: pathlib.Path, out: pathlib.Path, master: str) -> tuple[float, dict[str, Any]]:

@@ -27,10 +27,6 @@ from controller_svc.analytics import schema
 STATE_CHANGE_GLOB = "*.state-change.jsonl*"  # also .jsonl.gz: Spark decompresses by extension
 CORRUPT = "_corrupt_record"
 MAX_BAD_VALUE_CHARS = 2000
-TASKS_PER_CORE = 16
-MIN_SPLIT_BYTES = 32 << 20
-MAX_SPLIT_BYTES = 128 << 20  # Spark's own default (spark.sql.files.maxPartitionBytes)
-SPLIT_CONF = "spark.sql.files.maxPartitionBytes"
 
 _SPARK_TYPES: dict[str, T.DataType] = {
     schema.LONG: T.LongType(),
@@ -66,17 +62,12 @@ def list_inputs(spark: SparkSession, inputs: Sequence[str]) -> list[str]:
     """The log files to read, through Hadoop's FileSystem so that s3a:// and hdfs:// work too: a
     directory contributes every `*.state-change.jsonl[.gz]` below it, a file itself. A file
     named twice (a directory and a file in it, overlapping directories) is read once."""
-    return sorted(input_sizes(spark, inputs))
-
-
-def input_sizes(spark: SparkSession, inputs: Sequence[str]) -> dict[str, int]:
-    """The files list_inputs reads, with their sizes in bytes."""
     if not inputs:
         raise InputError("no input paths given")
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     conf = spark.sparkContext._jsc.hadoopConfiguration()
-    files: dict[str, int] = {}
+    files: set[str] = set()
     for path in inputs:
         hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
         fs = hadoop_path.getFileSystem(conf)
@@ -84,34 +75,23 @@ def input_sizes(spark: SparkSession, inputs: Sequence[str]) -> dict[str, int]:
             raise InputError(f"{path}: no such file or directory")
         status = fs.getFileStatus(hadoop_path)
         if not status.isDirectory():
-            files[str(fs.makeQualified(hadoop_path).toString())] = int(status.getLen())
+            files.add(str(fs.makeQualified(hadoop_path).toString()))
             continue
         listing = fs.listFiles(hadoop_path, True)
         while listing.hasNext():
-            found = listing.next()
-            if fnmatch.fnmatchcase(str(found.getPath().getName()), STATE_CHANGE_GLOB):
-                files[str(fs.makeQualified(found.getPath()).toString())] = int(found.getLen())
-    return files
+            found = listing.next().getPath()
+            if fnmatch.fnmatchcase(str(found.getName()), STATE_CHANGE_GLOB):
+                files.add(str(fs.makeQualified(found).toString()))
+    return sorted(files)
 
 
-def split_bytes(total_bytes: int, parallelism: int) -> int:
-    """How many bytes of log one ingest task reads: about TASKS_PER_CORE tasks per core, so the
-    last wave of tasks is short (Spark's default, 128 MB, gave 17 tasks of 4-5 s each for 10M
-    events on 2 cores and left one core idle through the last), and never less than
-    MIN_SPLIT_BYTES: each task writes a Parquet file per kind, and 24 MB splits were slower
-    than 128 MB ones."""
-    wanted = -(-total_bytes // (max(1, parallelism) * TASKS_PER_CORE))
-    return max(MIN_SPLIT_BYTES, min(MAX_SPLIT_BYTES, wanted))
-
-
-def read_lines(spark: SparkSession, inputs: Sequence[str], files: Sequence[str] | None = None) -> DataFrame:
-    """Every line of the inputs' log files (`files`, when already listed). Columns: file, block
-    (the byte offset of the file split the line was read from), mid (increasing along the lines
-    of a split), value."""
-    files = list_inputs(spark, inputs) if files is None else files
+def read_lines(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
+    """Every line of the inputs' log files. Columns: file, block (the byte offset of the file
+    split the line was read from), mid (increasing along the lines of a split), value."""
+    files = list_inputs(spark, inputs)
     if not files:
         raise InputError(f"no state-change records in {', '.join(inputs)} (looked for {STATE_CHANGE_GLOB})")
-    return spark.read.text(list(files)).select(
+    return spark.read.text(files).select(
         F.col("_metadata.file_path").alias("file"),
         F.col("_metadata.file_block_start").alias("block"),
         # Consecutive within one split, in line order: with the split's first id and the lines of
@@ -300,19 +280,10 @@ def events_schema() -> T.StructType:
 
 def ingest(spark: SparkSession, inputs: Sequence[str], out: str) -> None:
     """Parse every line once into OUTDIR/events, partitioned by status and kind so that each
-    analysis reads only the kinds it needs. The file splits are sized by split_bytes unless
-    spark.sql.files.maxPartitionBytes is set (--conf)."""
-    sizes = input_sizes(spark, inputs)
-    write = parse(read_lines(spark, inputs, sorted(sizes))).write.mode("overwrite").partitionBy("status", "kind_group")
-    if spark.conf.get(SPLIT_CONF, None) is not None:
-        write.parquet(f"{out}/events")
-        return
-    # Read when the write plans its scan, so set for the write alone.
-    spark.conf.set(SPLIT_CONF, str(split_bytes(sum(sizes.values()), spark.sparkContext.defaultParallelism)))
-    try:
-        write.parquet(f"{out}/events")
-    finally:
-        spark.conf.unset(SPLIT_CONF)
+    analysis reads only the kinds it needs."""
+    parse(read_lines(spark, inputs)).write.mode("overwrite").partitionBy("status", "kind_group").parquet(
+        f"{out}/events"
+    )
 
 
 def _node_role() -> Column:
