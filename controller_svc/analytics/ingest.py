@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -131,13 +130,11 @@ class LineIndex:
         self._spark = spark
         self._out = out
         self._table: DataFrame | None = None
-        self._lock = threading.Lock()  # the job's concurrent branches may ask at once
 
     def table(self) -> DataFrame:
-        with self._lock:
-            if self._table is None:
-                self._table = splits(self._spark, self._out)
-            return self._table
+        if self._table is None:
+            self._table = splits(self._spark, self._out)
+        return self._table
 
 
 def with_line(frame: DataFrame, split_table: DataFrame) -> DataFrame:

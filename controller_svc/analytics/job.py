@@ -3,18 +3,14 @@
 Tables (Parquet under OUTDIR): events, bad_records, controller_tenures, failover_incidents,
 leadership, offline_intervals, request_latency, violations. Only aggregates and bounded samples
 (at most a few thousand rows) are collected to the driver, for summary.json and report.html.
-After the ingest, the analyses run in concurrent branches (one thread each, Spark's scheduler
-sharing the cores between their queries).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -54,28 +50,18 @@ class Outcome:
 
 
 class StepClock:
-    """Seconds per step of the job, for summary.json's `timings_s` and the log: where the time
-    of an analysis goes, without a profiler. Steps of branches that run concurrently overlap:
-    each counts its own wall time, from the end of the branch's previous step."""
+    """Seconds per step of the job, in order, for summary.json's `timings_s` and the log: where
+    the time of an analysis goes, without a profiler."""
 
-    def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self) -> None:
         self.steps: dict[str, float] = {}
-        self._now = now
-        self._lock = threading.Lock()
-        self._last = threading.local()
-        self.begin()
-
-    def begin(self) -> None:
-        """Starts the calling thread's next step now."""
-        self._last.at = self._now()
+        self._last = time.monotonic()
 
     def lap(self, step: str) -> None:
-        now = self._now()
-        took = now - self._last.at
-        self._last.at = now
-        with self._lock:
-            self.steps[step] = round(self.steps.get(step, 0.0) + took, 3)
-        log.info("%s done in %.1f s", step, took)
+        now = time.monotonic()
+        self.steps[step] = round(self.steps.get(step, 0.0) + now - self._last, 3)
+        log.info("%s done in %.1f s", step, now - self._last)
+        self._last = now
 
 
 def _write(frame: DataFrame, out: str, name: str, clock: StepClock) -> DataFrame:
@@ -165,51 +151,34 @@ def analyze(
         )
     clock.lap("clusters")
 
-    # Four independent branches, run concurrently: one query's driver-side planning and code
-    # generation, its single-task stages and its last wave's stragglers leave cores idle that
-    # another branch's tasks use (run one after another, the analyses after the ingest kept the
-    # cores busy 79% of the time at 10M events). The heaviest branch is submitted first: Spark's
-    # FIFO scheduler gives its tasks the cores first, the others fill the gaps.
-    branches = _run_concurrently(
+    tenures = _write(timelines.controller_tenures(events).drop("start_pos"), out, "controller_tenures", clock)
+    incidents = _write(
+        timelines.failover_incidents(events, tenures.withColumn("start_pos", F.struct("start_ts"))),
+        out,
+        "failover_incidents",
         clock,
-        {
-            "partitions": lambda: _partition_branch(events, out, clock),
-            "violations": lambda: _violation_branch(spark, events, out, line_index, clock),
-            "controllers": lambda: _controller_branch(events, out, clock),
-            "request_latency": lambda: _write(timelines.request_latency(events), out, "request_latency", clock),
-        }
     )
-    clock.lap("analyses")
-    offline = branches["partitions"]
-    violations = branches["violations"]
-    tenures, incidents = branches["controllers"]
-    latency = branches["request_latency"]
+    leaders = timelines.leadership(events).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        _write(leaders.drop("from_pos", "until_pos", "block", "mid"), out, "leadership", clock)
+        offline = _write(timelines.offline_intervals(events, leaders), out, "offline_intervals", clock)
+    finally:
+        leaders.unpersist()
+    latency = _write(timelines.request_latency(events), out, "request_latency", clock)
+    found = _write(invariants.all_violations(events), out, "_violations_unresolved", clock)
+    violations = _write(
+        resolve_evidence(found, events, line_index.table()) if not found.isEmpty() else _no_violations(spark),
+        out,
+        "violations",
+        clock,
+    )
+    _delete(spark, f"{out}/_violations_unresolved")
 
-    # The summary's and the report's figures: small queries, also run concurrently.
-    collected = _run_concurrently(
-        clock,
-        {
-            "violation_counts": lambda: violations.groupBy("cluster", "invariant").count().collect(),
-            "availability": lambda: _availability(offline, incidents),
-            "elections": tenures.count,
-            "offline_series": lambda: _offline_series(spark, offline, per_cluster_events),
-            "failovers": lambda: _rows(
-                incidents.orderBy("cluster", "elected_ts").drop("brokers_not_applied"), MAX_FAILOVERS_IN_REPORT
-            ),
-            "tenures": lambda: _rows(tenures.orderBy("cluster", "start_ts"), MAX_FAILOVERS_IN_REPORT),
-            "latency": lambda: _rows(latency.orderBy("cluster", "broker", "api"), 5000),
-            "latency_histogram": lambda: _rows(timelines.latency_histogram(events)),
-            "violations": lambda: _violation_samples(violations),
-            "longest_offline": lambda: _rows(
-                offline.orderBy(F.desc_nulls_first("duration_ms"), "start_ts"), SAMPLE_INTERVALS
-            ),
-            "bad_records": lambda: _rows(bad.orderBy("file", "line"), SAMPLE_VIOLATIONS),
-        },
-    )
     counts: dict[str, dict[str, int]] = {}
-    for row in collected["violation_counts"]:
+    for row in violations.groupBy("cluster", "invariant").count().collect():
         counts.setdefault(row["cluster"], {})[row["invariant"]] = int(row["count"])
-    availability = collected["availability"]
+    availability = _availability(offline, incidents)
+    clock.lap("availability")
     clusters: dict[str, Any] = {}
     for name, row in sorted(per_cluster_events.items()):
         clusters[name] = {
@@ -230,27 +199,27 @@ def analyze(
         "violations": total_violations,
         "availability": _combine_availability([c["availability"] for c in clusters.values()]),
         "controllers": {
-            "elections": collected["elections"],
+            "elections": tenures.count(),
         },
         "clusters": clusters,
         "tables": {name: f"{out}/{name}" for name in TABLES},
         "report": f"{out}/report.html",
         "elapsed_s": None,
-        # Seconds per step, in the order they finished (ingest: parsing every line into the
-        # events table). The analyses' steps run in concurrent branches: each counts its own
-        # wall time, so they overlap; `analyses` is the wall time of all of them together.
+        # Seconds per step, in order (ingest: parsing every line into the events table).
         "timings_s": clock.steps,
     }
     data = report.ReportData(
         summary=summary,
-        offline_series=collected["offline_series"],
-        failovers=collected["failovers"],
-        tenures=collected["tenures"],
-        latency=collected["latency"],
-        latency_histogram=collected["latency_histogram"],
-        violations=collected["violations"],
-        longest_offline=collected["longest_offline"],
-        bad_records=collected["bad_records"],
+        offline_series=_offline_series(spark, offline, per_cluster_events),
+        failovers=_rows(
+            incidents.orderBy("cluster", "elected_ts").drop("brokers_not_applied"), MAX_FAILOVERS_IN_REPORT
+        ),
+        tenures=_rows(tenures.orderBy("cluster", "start_ts"), MAX_FAILOVERS_IN_REPORT),
+        latency=_rows(latency.orderBy("cluster", "broker", "api"), 5000),
+        latency_histogram=_rows(timelines.latency_histogram(events)),
+        violations=_violation_samples(violations),
+        longest_offline=_rows(offline.orderBy(F.desc_nulls_first("duration_ms"), "start_ts"), SAMPLE_INTERVALS),
+        bad_records=_rows(bad.orderBy("file", "line"), SAMPLE_VIOLATIONS),
     )
     clock.lap("report")
     summary["elapsed_s"] = round(time.monotonic() - started, 3)
@@ -260,63 +229,6 @@ def analyze(
     write_text(spark, report_path, report.render(data))
     exit_code = 1 if any(total_violations.values()) else 0
     return Outcome(summary, exit_code, summary_path, report_path)
-
-
-def _run_concurrently(clock: StepClock, branches: dict[str, Callable[[], Any]]) -> dict[str, Any]:
-    """Runs each branch in its own thread and returns their results by name, once all are done.
-    The first failure is raised after the others have finished (a Spark query cannot be
-    abandoned half-written); nothing fails silently."""
-    with ThreadPoolExecutor(max_workers=len(branches), thread_name_prefix="analyze") as pool:
-        futures: dict[str, Future[Any]] = {
-            name: pool.submit(_branch, clock, name, run) for name, run in branches.items()
-        }
-    errors = [future.exception() for future in futures.values() if future.exception() is not None]
-    if errors:
-        raise errors[0]  # type: ignore[misc]
-    return {name: future.result() for name, future in futures.items()}
-
-
-def _branch(clock: StepClock, name: str, run: Callable[[], Any]) -> Any:
-    clock.begin()
-    try:
-        return run()
-    except BaseException:
-        log.exception("analysis branch %s failed", name)
-        raise
-
-
-def _partition_branch(events: DataFrame, out: str, clock: StepClock) -> DataFrame:
-    leaders = timelines.leadership(events).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        _write(leaders.drop("from_pos", "until_pos", "block", "mid"), out, "leadership", clock)
-        return _write(timelines.offline_intervals(events, leaders), out, "offline_intervals", clock)
-    finally:
-        leaders.unpersist()
-
-
-def _violation_branch(
-    spark: SparkSession, events: DataFrame, out: str, line_index: ingest.LineIndex, clock: StepClock
-) -> DataFrame:
-    found = _write(invariants.all_violations(events), out, "_violations_unresolved", clock)
-    violations = _write(
-        resolve_evidence(found, events, line_index.table()) if not found.isEmpty() else _no_violations(spark),
-        out,
-        "violations",
-        clock,
-    )
-    _delete(spark, f"{out}/_violations_unresolved")
-    return violations
-
-
-def _controller_branch(events: DataFrame, out: str, clock: StepClock) -> tuple[DataFrame, DataFrame]:
-    tenures = _write(timelines.controller_tenures(events).drop("start_pos"), out, "controller_tenures", clock)
-    incidents = _write(
-        timelines.failover_incidents(events, tenures.withColumn("start_pos", F.struct("start_ts"))),
-        out,
-        "failover_incidents",
-        clock,
-    )
-    return tenures, incidents
 
 
 def _no_violations(spark: SparkSession) -> DataFrame:
