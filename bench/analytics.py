@@ -13,6 +13,9 @@ preferred elections; cached under --dir), then time
   schema and hashing every column (the parse, without any analysis), warm; the faster of
   Spark's default file splits and smaller ones that balance the last wave of tasks.
 
+With --runs N every measurement is taken N times (the warm ones interleaved with the floor's)
+and the medians are reported with every sample.
+
 Prints JSON: both times per size, their ratios to the floor, and whether the cost per event is
 flat (seconds per million events at the largest size over the smallest). Targets (issue 13):
 10M events under 90 s cold, under 3x the floor.
@@ -24,6 +27,7 @@ import argparse
 import json
 import pathlib
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -90,22 +94,37 @@ def cold_run(logs: pathlib.Path, out: pathlib.Path, master: str) -> tuple[float,
     return took, json.loads((out / "summary.json").read_text())
 
 
+def _median_run(runs: list[tuple[float, dict[str, Any]]]) -> tuple[float, dict[str, Any]]:
+    """The run at the median time (the lower middle one of an even number), with its summary."""
+    return sorted(runs, key=lambda run: run[0])[(len(runs) - 1) // 2]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, action="append", help="history sizes (repeatable)")
     parser.add_argument("--dir", default=str(pathlib.Path(tempfile.gettempdir()) / "kc-bench-analytics"))
     parser.add_argument("--master", default="local[*]")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="runs of each measurement (cold, warm, floor; the warm ones interleaved with the floor's); "
+        "medians are reported, with every sample: this machine's speed varies by 5-10%% between runs",
+    )
     parser.add_argument("--out", help="also write the report (JSON) here, e.g. bench/results/analytics-10m.json")
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
     sizes = sorted(args.events or [1_000_000, 10_000_000])
     base = pathlib.Path(args.dir)
     base.mkdir(parents=True, exist_ok=True)
-    cold: dict[int, tuple[float, dict[str, Any]]] = {}
+    cold: dict[int, list[tuple[float, dict[str, Any]]]] = {}
     for size in sizes:
         logs, _ = history(base, size)
         # Before this process starts its own JVM: two would share the 2 cores.
-        cold[size] = cold_run(logs, base / f"out-cold-{size}", args.master)
-        print(json.dumps({"events": size, "cold_s": round(cold[size][0], 1)}), flush=True)
+        for _ in range(args.runs):
+            cold.setdefault(size, []).append(cold_run(logs, base / f"out-cold-{size}", args.master))
+            print(json.dumps({"events": size, "cold_s": round(cold[size][-1][0], 1)}), flush=True)
     spark = session.build(args.master)
     # Warm the JVM (class loading, JIT) on a small history, as a long-running analysis would be.
     warm_logs, _ = history(base, 20_000)
@@ -113,30 +132,40 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     for size in sizes:
         logs, expected = history(base, size)
-        floors = floor_seconds(spark, logs)
-        floor = min(floors.values())
-        started = time.monotonic()
-        outcome = job.analyze(spark, [str(logs)], str(base / f"out-{size}"))
-        took = time.monotonic() - started
-        summary = outcome.summary
-        cold_s, cold_summary = cold[size]
+        floor_runs: list[dict[str, float]] = []
+        warm: list[tuple[float, dict[str, Any]]] = []
+        for _ in range(args.runs):
+            floor_runs.append(floor_seconds(spark, logs))
+            started = time.monotonic()
+            outcome = job.analyze(spark, [str(logs)], str(base / f"out-{size}"))
+            warm.append((time.monotonic() - started, outcome.summary))
+        floor = statistics.median(min(run.values()) for run in floor_runs)
+        took, summary = _median_run(warm)
+        cold_s, cold_summary = _median_run(cold[size])
         results.append(
             {
                 "events": summary["events"],
+                "runs": args.runs,
                 "cold_s": round(cold_s, 1),
                 "warm_s": round(took, 1),
                 "events_per_s_cold": round(summary["events"] / cold_s),
                 "floor_json_parse_s": round(floor, 1),
-                "floor_by_split_s": {name: round(seconds, 1) for name, seconds in floors.items()},
+                "floor_by_split_s": {
+                    name: round(statistics.median(run[name] for run in floor_runs), 1) for name in floor_runs[0]
+                },
                 "cold_ratio_to_floor": round(cold_s / floor, 2),
                 "warm_ratio_to_floor": round(took / floor, 2),
+                "cold_samples_s": [round(t, 1) for t, _ in cold[size]],
+                "warm_samples_s": [round(t, 1) for t, _ in warm],
+                "floor_samples_s": [round(min(run.values()), 1) for run in floor_runs],
+                # The step times of the median runs.
                 "cold_timings_s": cold_summary.get("timings_s"),
                 "warm_timings_s": summary.get("timings_s"),
                 "answers_match": all(
                     s["violations"] == expected["violations"]
                     and s["availability"]["failovers"] == expected["failovers"]
                     and s["availability"]["offline_intervals"] == expected["offline_intervals"]
-                    for s in (summary, cold_summary)
+                    for s in [run[1] for run in warm + cold[size]]
                 ),
             }
         )
