@@ -27,7 +27,6 @@ import argparse
 import json
 import pathlib
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,9 +54,9 @@ def history(base: pathlib.Path, events: int) -> tuple[pathlib.Path, dict[str, An
 
 def floor_seconds(spark: Any, logs: pathlib.Path) -> dict[str, float]:
     """Spark's JSON parse of the files with its default file splits and with splits of about
-    1/16th of the input per core (a short last wave of tasks: at 10M events on 2 cores, 36
-    tasks of ~45 MB rather than 17 of ~90 MB with one core idle through the last); the floor is
-    the faster, the best Spark itself does."""
+    1/16th of the input per core (a short last wave of tasks: with the default splits, 10M
+    events on 2 cores were read in 17 tasks, one core idle through the last); the floor is the
+    faster, the best Spark itself does."""
     files = sorted(ingest.list_inputs(spark, [str(logs)]))
     total = sum(pathlib.Path(urlparse(f).path).stat().st_size for f in files)
     balanced = max(4 << 20, -(-total // (spark.sparkContext.defaultParallelism * 16)))
@@ -97,6 +96,11 @@ def cold_run(logs: pathlib.Path, out: pathlib.Path, master: str) -> tuple[float,
 def _median_run(runs: list[tuple[float, dict[str, Any]]]) -> tuple[float, dict[str, Any]]:
     """The run at the median time (the lower middle one of an even number), with its summary."""
     return sorted(runs, key=lambda run: run[0])[(len(runs) - 1) // 2]
+
+
+def _lower_median(samples: list[float]) -> float:
+    """The median as _median_run takes it: a measured sample, the lower middle one of an even number."""
+    return sorted(samples)[(len(samples) - 1) // 2]
 
 
 def main() -> None:
@@ -139,7 +143,7 @@ def main() -> None:
             started = time.monotonic()
             outcome = job.analyze(spark, [str(logs)], str(base / f"out-{size}"))
             warm.append((time.monotonic() - started, outcome.summary))
-        floor = statistics.median(min(run.values()) for run in floor_runs)
+        floor = _lower_median([min(run.values()) for run in floor_runs])
         took, summary = _median_run(warm)
         cold_s, cold_summary = _median_run(cold[size])
         results.append(
@@ -151,7 +155,7 @@ def main() -> None:
                 "events_per_s_cold": round(summary["events"] / cold_s),
                 "floor_json_parse_s": round(floor, 1),
                 "floor_by_split_s": {
-                    name: round(statistics.median(run[name] for run in floor_runs), 1) for name in floor_runs[0]
+                    name: round(_lower_median([run[name] for run in floor_runs]), 1) for name in floor_runs[0]
                 },
                 "cold_ratio_to_floor": round(cold_s / floor, 2),
                 "warm_ratio_to_floor": round(took / floor, 2),
