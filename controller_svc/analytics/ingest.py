@@ -1,7 +1,9 @@
 """Reading state-change logs into one typed table of records, with each line's file and number.
 
-One pass parses every line; malformed lines stay in the table (status `bad`), their reason
-worked out when they are read, and never stop the job. The table is written to OUTDIR/events
+One pass parses every line (with Spark's JSON reader where a scan of the file's bytes shows it
+reads one row per line, census.py; line by line with `from_json` elsewhere); malformed lines
+stay in the table (status `bad`), their reason worked out when they are read, and never stop
+the job. The table is written to OUTDIR/events
 partitioned by status and kind, and every analysis reads back only its kinds and columns, so
 the JSON is parsed once.
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,7 +24,9 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from controller_svc.analytics import schema
+from controller_svc.analytics import census, schema
+
+log = logging.getLogger("analytics")
 
 STATE_CHANGE_GLOB = "*.state-change.jsonl*"  # also .jsonl.gz: Spark decompresses by extension
 CORRUPT = "_corrupt_record"
@@ -84,13 +89,10 @@ def list_inputs(spark: SparkSession, inputs: Sequence[str]) -> list[str]:
     return sorted(files)
 
 
-def read_lines(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
-    """Every line of the inputs' log files. Columns: file, block (the byte offset of the file
-    split the line was read from), mid (increasing along the lines of a split), value."""
-    files = list_inputs(spark, inputs)
-    if not files:
-        raise InputError(f"no state-change records in {', '.join(inputs)} (looked for {STATE_CHANGE_GLOB})")
-    return spark.read.text(files).select(
+def read_lines(spark: SparkSession, files: Sequence[str]) -> DataFrame:
+    """Every line of the files. Columns: file, block (the byte offset of the file split the line
+    was read from), mid (increasing along the lines of a split), value."""
+    return spark.read.text(list(files)).select(
         F.col("_metadata.file_path").alias("file"),
         F.col("_metadata.file_block_start").alias("block"),
         # Consecutive within one split, in line order: with the split's first id and the lines of
@@ -100,11 +102,56 @@ def read_lines(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
     )
 
 
-def splits(spark: SparkSession, out: str) -> DataFrame:
-    """Per split of each input file: its first `mid`, its line count and the lines of the splits
-    before it in the file. Small (one row per 128 MB of log), computed from the events table."""
-    table = spark.read.schema(events_schema()).parquet(f"{out}/events")
-    per_split = table.groupBy("file", "block").agg(F.min("mid").alias("first_mid"), F.count("*").alias("lines"))
+def read_records(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
+    """Every line of the inputs' log files, parsed and classified (see `parse`): the files that
+    map one row per line through Spark's JSON reader, the others line by line (census.plan)."""
+    files = list_inputs(spark, inputs)
+    if not files:
+        raise InputError(f"no state-change records in {', '.join(inputs)} (looked for {STATE_CHANGE_GLOB})")
+    readers = census.plan(files)
+    log.info(
+        "%d of %d log files read with the JSON reader, %d line by line",
+        len(readers.json_reader),
+        len(files),
+        len(readers.text_reader),
+    )
+    parts = []
+    if readers.json_reader:
+        parts.append(json_reader_records(spark, readers.json_reader))
+    if readers.text_reader:
+        parts.append(parse(read_lines(spark, readers.text_reader)))
+    return functools.reduce(DataFrame.unionByName, parts)
+
+
+def json_reader_records(spark: SparkSession, files: Sequence[str]) -> DataFrame:
+    """The lines of files census.plan gave the JSON reader, parsed and classified as `parse`
+    does, except that a malformed line keeps its text only when it failed to parse: the text of
+    one that parsed but is unusable (a field missing, a value outside the contract's set) is
+    read again from its file when the malformed lines are written (`bad_records`)."""
+    frame = (
+        spark.read.schema(record_schema())
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", CORRUPT)
+        .json(list(files))
+    )
+    return classify(
+        frame.select(
+            F.col("_metadata.file_path").alias("file"),
+            F.col("_metadata.file_block_start").alias("block"),
+            # One row per line in these files: consecutive along a split's lines, as read_lines'.
+            F.monotonically_increasing_id().alias("mid"),
+            F.col(CORRUPT).alias("value"),
+            *[F.col(name) for name, _ in schema.FIELDS],
+        )
+    )
+
+
+def splits_of(frame: DataFrame) -> DataFrame:
+    """Per split of each file of a frame of lines (file, block, mid): its first `mid`, its line
+    count and the lines of the splits before it in the file. Small (one row per 128 MB of log),
+    collected."""
+    spark = frame.sparkSession
+    per_split = frame.groupBy("file", "block").agg(F.min("mid").alias("first_mid"), F.count("*").alias("lines"))
     in_file = Window.partitionBy("file").orderBy("block").rowsBetween(Window.unboundedPreceding, -1)
     result = per_split.select(
         "file",
@@ -114,6 +161,11 @@ def splits(spark: SparkSession, out: str) -> DataFrame:
         F.coalesce(F.sum("lines").over(in_file), F.lit(0)).alias("lines_before"),
     )
     return spark.createDataFrame(result.collect(), result.schema)
+
+
+def splits(spark: SparkSession, out: str) -> DataFrame:
+    """The split table of the events table: every line of the input has a row there."""
+    return splits_of(spark.read.schema(events_schema()).parquet(f"{out}/events"))
 
 
 def line_counts(spark: SparkSession, out: str) -> dict[str, int]:
@@ -278,7 +330,7 @@ def events_schema() -> T.StructType:
 def ingest(spark: SparkSession, inputs: Sequence[str], out: str) -> None:
     """Parse every line once into OUTDIR/events, partitioned by status and kind so that each
     analysis reads only the kinds it needs."""
-    parse(read_lines(spark, inputs)).write.mode("overwrite").partitionBy("status", "kind_group").parquet(
+    read_records(spark, inputs).write.mode("overwrite").partitionBy("status", "kind_group").parquet(
         f"{out}/events"
     )
 
@@ -309,12 +361,12 @@ def events(spark: SparkSession, out: str, cluster_by: ClusterBy) -> DataFrame:
 
 
 def bad_records(spark: SparkSession, out: str, split_table: DataFrame | None, cluster_by: ClusterBy) -> DataFrame:
-    """The malformed lines with file, line number and reason; `split_table` None when there are
-    none (an empty table then, without computing line numbers)."""
+    """The malformed lines with file, line number, reason and text; `split_table` None when
+    there are none (an empty table then, without computing line numbers)."""
     table = spark.read.schema(events_schema()).parquet(f"{out}/events").filter(F.col("status") == "bad")
     table = table.withColumn("cluster", cluster_by.column(F.col("file")))
     lined = (
-        with_line(table, split_table)
+        _with_text_read_again(spark, with_line(table, split_table))
         if split_table is not None
         else table.limit(0).withColumn("line", F.lit(None).cast("long"))
     )
@@ -324,4 +376,22 @@ def bad_records(spark: SparkSession, out: str, split_table: DataFrame | None, cl
         "line",
         bad_reason().alias("reason"),
         "value",
+    )
+
+
+def _with_text_read_again(spark: SparkSession, lined: DataFrame) -> DataFrame:
+    """Fills in the text of malformed lines that the JSON reader parsed (it keeps the text of
+    lines that fail to parse only) by reading their files again, line by line: a pass over
+    those files only, and only when there are such lines."""
+    files = [row["file"] for row in lined.filter(F.col("value").isNull()).select("file").distinct().collect()]
+    if not files:
+        return lined
+    lines = read_lines(spark, files)
+    texts = with_line(lines, splits_of(lines)).select(
+        "file", "line", F.substring("value", 1, MAX_BAD_VALUE_CHARS).alias("text")
+    )
+    return (
+        lined.join(texts, ["file", "line"], "left")
+        .withColumn("value", F.coalesce(F.col("value"), F.col("text")))
+        .drop("text")
     )

@@ -227,7 +227,7 @@ def test_the_ingest_status_and_the_reason_read_later_agree(spark: Any, tmp_path:
     from controller_svc.analytics import ingest
 
     scenarios.malformed(tmp_path / "logs")
-    parsed = ingest.parse(ingest.read_lines(spark, [str(tmp_path / "logs")]))
+    parsed = ingest.parse(ingest.read_lines(spark, ingest.list_inputs(spark, [str(tmp_path / "logs")])))
     rows = parsed.select("status", ingest.bad_reason().alias("reason")).collect()
     assert len(rows) == len(scenarios.MALFORMED)
     assert sorted((r["status"], r["reason"] is not None) for r in rows) == sorted(

@@ -1,0 +1,102 @@
+"""The two ways the ingest reads a log file (census.py) give the same table: Spark's JSON reader
+for files of one JSON object per line, the text reader with `from_json` for any other file."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.pipeline
+
+# Every line begins with "{": the JSON reader's kind of file. (line, malformed: why or None)
+LINES: list[tuple[bytes, str | None]] = [
+    (b'{"ts":1000,"node":"broker-1","kind":"broker.registered","broker_id":1,"broker_epoch":7}', None),
+    (b"{not json at all", "not a JSON object"),
+    (b'{"ts":1001,"node":"broker-1","kind":"some.future_kind","anything":[1,{"x":2}]}', None),
+    (b'{"ts":"soon","node":"broker-1","kind":"broker.shutdown"}', "ts missing or not an integer"),
+    (b'{"ts":1002,"node":"broker-1","kind":"partition.role_changed","topic":"t"}', "without"),
+    (
+        b'{"ts":1003,"node":"broker-1","kind":"partition.role_changed","topic":"t","partition":0,"role":"boss",'
+        b'"leader":1,"leader_epoch":1}',
+        "role boss is not one of",
+    ),
+    (
+        b'{"ts":1004,"node":"broker-1","kind":"request.received","api":"UpdateMetadata","controller_id":1,'
+        b'"controller_epoch":"one","broker_epoch":7,"result":"applied","error":0}',
+        "controller_epoch",
+    ),
+    (b'{"ts":0,"node":"broker-1","kind":"node.alive"}', "ts is not a positive"),
+    (b'{"ts":1005,"node":"br\\u00f8ker-\xe2\x9c\x93 \\"q\\"","kind":"node.alive"}', None),
+    (b'{"ts":1006.5,"node":"broker-1","kind":"node.alive"}', "ts missing or not an integer"),
+    (b'{"ts":1007,"node":"broker-1","kind":"node.alive","broker_id":"one"}', None),  # optional field mistyped
+    (b'{"ts":1008,"node":"broker-1","kind":"node.alive"} trailing', None),
+    (b'{"ts":99999999999999999999,"node":"broker-1","kind":"node.alive"}', "ts missing or not an integer"),
+    (b'{"ts":1009,"node":"broker-1","kind":"node.alive","ts":1010}', None),  # a repeated key
+    (b'{"ts":1011,"node":null,"kind":"node.alive"}', "node missing"),
+    # A mistyped array element is null in both readers, and the record stays usable.
+    (
+        b'{"ts":1012,"node":"broker-1","kind":"broker.change","new":[1],"dead":[2,"x"],"bounced":[],'
+        b'"controller_epoch":1}',
+        None,
+    ),
+    (b'{"ts":1012,"node":"broker-1","kind":"broker.change","new":[1],"dead":[2],"bounced":[]', "not a JSON"),
+    (b"{}", "not a JSON object"),
+    (b'{"ts":1013,"node":"broker-1","kind":"broker.shutdown","broker_id":1,"broker_epoch":7}', None),
+]
+
+
+def _write(directory: pathlib.Path, name: str, lines: list[bytes]) -> pathlib.Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+def test_the_json_reader_and_the_line_reader_agree_line_for_line(spark: Any, tmp_path: pathlib.Path) -> None:
+    from controller_svc.analytics import census, ingest, schema
+
+    path = _write(tmp_path / "logs", "broker-1.state-change.jsonl", [line for line, _ in LINES])
+    files = ingest.list_inputs(spark, [str(tmp_path / "logs")])
+    assert census.plan(files).json_reader == tuple(files)
+    columns = ["file", "block", "mid", "status", "kind_group", *[name for name, _ in schema.FIELDS]]
+    by_json = ingest.json_reader_records(spark, files).orderBy("mid").collect()
+    by_text = ingest.parse(ingest.read_lines(spark, files)).orderBy("mid").collect()
+    assert len(by_json) == len(by_text) == len(LINES)
+    for (line, why), fast, exact in zip(LINES, by_json, by_text, strict=True):
+        assert [fast[c] for c in columns] == [exact[c] for c in columns], line
+        assert fast["status"] == ("ok" if why is None else "bad"), line
+        # The text of a malformed line: kept by the JSON reader only when it failed to parse.
+        assert exact["value"] == (None if why is None else line.decode())
+        assert fast["value"] in (None, exact["value"])
+    assert path.stat().st_size > 0
+
+
+def test_malformed_lines_keep_file_line_and_text_whichever_reader_read_them(
+    spark: Any, tmp_path: pathlib.Path
+) -> None:
+    from pyspark.sql import functions as F
+
+    from controller_svc.analytics import job
+
+    logs = tmp_path / "logs"
+    regular = _write(logs, "broker-1.state-change.jsonl", [line for line, _ in LINES])
+    # The same lines after a blank one: this file is read line by line.
+    irregular = _write(logs, "broker-2.state-change.jsonl", [b"", *[line for line, _ in LINES]])
+    outcome = job.analyze(spark, [str(logs)], str(tmp_path / "out"))
+    bad = spark.read.parquet(str(tmp_path / "out" / "bad_records")).collect()
+    expected_regular = [(n + 1, line.decode(), why) for n, (line, why) in enumerate(LINES) if why is not None]
+    expected_irregular = [(1, "", "empty line")] + [(n + 1, text, why) for n, text, why in expected_regular]
+    for path, expected in ((regular, expected_regular), (irregular, expected_irregular)):
+        found = sorted((r["line"], r["value"], r["reason"]) for r in bad if r["file"].endswith(path.name))
+        assert [(line, text) for line, text, _ in found] == [(line, text) for line, text, _ in expected]
+        for (_, _, reason), (_, _, why) in zip(found, expected, strict=True):
+            assert why in reason
+    assert outcome.summary["malformed"] == len(expected_regular) + len(expected_irregular)
+    assert outcome.summary["events"] == 2 * sum(why is None for _, why in LINES)
+    # The regular file really went through the JSON reader: the events table lacks the text of
+    # its malformed lines that parsed (bad_records read them again); the other file's has all.
+    events = spark.read.parquet(str(tmp_path / "out" / "events")).filter(F.col("status") == "bad")
+    textless = events.filter(F.col("value").isNull()).select("file").distinct().collect()
+    assert [row["file"].rsplit("/", 1)[-1] for row in textless] == [regular.name]
