@@ -83,16 +83,18 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, session.SparkUnavailableError) as e:
         print(f"analyze: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from controller_svc.analytics import job
-    from controller_svc.analytics.ingest import ClusterBy, InputError
+    from controller_svc.analytics import census, job
+    from controller_svc.analytics.ingest import STATE_CHANGE_GLOB, ClusterBy, InputError
 
+    # The local files' census runs while the JVM starts.
+    prefetch = census.Prefetch(args.logdirs, STATE_CHANGE_GLOB)
     try:
         spark = session.build(args.master, conf)
     except Exception as e:  # a bad master URL or setting, a JVM that does not start
         print(f"analyze: could not start Spark ({args.master}): {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        outcome = job.analyze(spark, args.logdirs, args.out, ClusterBy(args.cluster_by))
+        outcome = job.analyze(spark, args.logdirs, args.out, ClusterBy(args.cluster_by), prefetch)
     except InputError as e:
         log.error("analyze: bad input: %s", e)
         print(f"analyze: bad input: {e}", file=sys.stderr)

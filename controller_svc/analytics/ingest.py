@@ -102,13 +102,15 @@ def read_lines(spark: SparkSession, files: Sequence[str]) -> DataFrame:
     )
 
 
-def read_records(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
+def read_records(
+    spark: SparkSession, inputs: Sequence[str], prefetch: census.Prefetch | None = None
+) -> DataFrame:
     """Every line of the inputs' log files, parsed and classified (see `parse`): the files that
     map one row per line through Spark's JSON reader, the others line by line (census.plan)."""
     files = list_inputs(spark, inputs)
     if not files:
         raise InputError(f"no state-change records in {', '.join(inputs)} (looked for {STATE_CHANGE_GLOB})")
-    readers = census.plan(files)
+    readers = census.plan(files, prefetch=prefetch)
     log.info(
         "%d of %d log files read with the JSON reader, %d line by line",
         len(readers.json_reader),
@@ -327,10 +329,10 @@ def events_schema() -> T.StructType:
     return T.StructType(fields + extra)
 
 
-def ingest(spark: SparkSession, inputs: Sequence[str], out: str) -> None:
+def ingest(spark: SparkSession, inputs: Sequence[str], out: str, prefetch: census.Prefetch | None = None) -> None:
     """Parse every line once into OUTDIR/events, partitioned by status and kind so that each
     analysis reads only the kinds it needs."""
-    read_records(spark, inputs).write.mode("overwrite").partitionBy("status", "kind_group").parquet(
+    read_records(spark, inputs, prefetch).write.mode("overwrite").partitionBy("status", "kind_group").parquet(
         f"{out}/events"
     )
 

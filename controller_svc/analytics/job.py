@@ -19,7 +19,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 
-from controller_svc.analytics import ingest, invariants, report, schema, timelines
+from controller_svc.analytics import census, ingest, invariants, report, schema, timelines
 from controller_svc.analytics.ingest import ClusterBy, InputError
 
 log = logging.getLogger("analytics")
@@ -111,12 +111,14 @@ def analyze(
     inputs: Sequence[str],
     out: str,
     cluster_by: ClusterBy = SINGLE_CLUSTER,
+    prefetch: census.Prefetch | None = None,
 ) -> Outcome:
-    """Runs every job of contract 6. Raises InputError for bad input as a whole (exit 2)."""
+    """Runs every job of contract 6. Raises InputError for bad input as a whole (exit 2).
+    `prefetch`: the census of the input files, if started before Spark (census.Prefetch)."""
     started = time.monotonic()
     clock = StepClock()
     out = out.rstrip("/")
-    ingest.ingest(spark, inputs, out)
+    ingest.ingest(spark, inputs, out, prefetch)
     clock.lap("ingest")
     by_status = ingest.line_counts(spark, out)
     lines = sum(by_status.values())

@@ -97,3 +97,34 @@ def test_plan_keeps_the_order_and_a_path_with_escaped_characters(tmp_path: pathl
     plan = census.plan([regular[0], blank, regular[1], regular[2]])
     assert plan.json_reader == tuple(regular)
     assert plan.text_reader == (blank,)
+
+
+def test_a_prefetched_scan_is_used_for_unchanged_files_only(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "nested").mkdir()
+    same = _file(logs, RECORD + b"\n", "broker-1.state-change.jsonl")
+    grown = _file(logs / "nested", RECORD + b"\n", "broker-2.state-change.jsonl")
+    _file(logs, b"\n", "not-a-log.txt")
+    prefetch = census.Prefetch([str(logs)], "*.state-change.jsonl*")
+    assert sorted(key[0] for key in prefetch.results()) == sorted(f.removeprefix("file:") for f in (same, grown))
+    # broker-2's log gains a blank line after the scan: its size changed, so it is scanned again.
+    with open(grown.removeprefix("file:"), "ab") as stream:
+        stream.write(b"\n")
+    scanned: list[str] = []
+    real = census.irregularity
+    monkeypatch.setattr(census, "irregularity", lambda file, *a: scanned.append(file) or real(file, *a))
+    plan = census.plan([same, grown], prefetch=prefetch)
+    assert scanned == [grown]
+    assert plan.json_reader == (same,)
+    assert plan.text_reader == (grown,)
+
+
+def test_a_failed_prefetch_leaves_the_scan_to_plan(tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture) -> None:
+    file = _file(tmp_path, RECORD)
+    prefetch = census.Prefetch([str(tmp_path)], None)  # type: ignore[arg-type]  # fnmatch raises
+    assert prefetch.results() == {}
+    assert "the census prefetch failed" in caplog.text
+    assert census.plan([file], prefetch=prefetch).json_reader == (file,)
