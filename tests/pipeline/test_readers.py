@@ -8,25 +8,16 @@ from typing import Any
 
 import pytest
 
+from tests.pipeline import scenarios
+
 pytestmark = pytest.mark.pipeline
 
-# Every line begins with "{": the JSON reader's kind of file. (line, malformed: why or None)
+# Every line begins with "{": the JSON reader's kind of file. (line, malformed: why or None):
+# the malformed scenario's lines of that kind, and more.
 LINES: list[tuple[bytes, str | None]] = [
-    (b'{"ts":1000,"node":"broker-1","kind":"broker.registered","broker_id":1,"broker_epoch":7}', None),
+    *[(line, why) for line, why in scenarios.MALFORMED if line.startswith(b"{")],
     (b"{not json at all", "not a JSON object"),
     (b'{"ts":1001,"node":"broker-1","kind":"some.future_kind","anything":[1,{"x":2}]}', None),
-    (b'{"ts":"soon","node":"broker-1","kind":"broker.shutdown"}', "ts missing or not an integer"),
-    (b'{"ts":1002,"node":"broker-1","kind":"partition.role_changed","topic":"t"}', "without"),
-    (
-        b'{"ts":1003,"node":"broker-1","kind":"partition.role_changed","topic":"t","partition":0,"role":"boss",'
-        b'"leader":1,"leader_epoch":1}',
-        "role boss is not one of",
-    ),
-    (
-        b'{"ts":1004,"node":"broker-1","kind":"request.received","api":"UpdateMetadata","controller_id":1,'
-        b'"controller_epoch":"one","broker_epoch":7,"result":"applied","error":0}',
-        "controller_epoch",
-    ),
     (b'{"ts":0,"node":"broker-1","kind":"node.alive"}', "ts is not a positive"),
     (b'{"ts":1005,"node":"br\\u00f8ker-\xe2\x9c\x93 \\"q\\"","kind":"node.alive"}', None),
     (b'{"ts":1006.5,"node":"broker-1","kind":"node.alive"}', "ts missing or not an integer"),
