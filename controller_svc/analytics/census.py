@@ -2,7 +2,7 @@
 
 The ingest parses most lines with Spark's JSON reader, which hands Jackson the line's bytes (its
 UTF-8 stream parser). `from_json` over the text reader's lines goes through a java.io.Reader
-instead, and at 10M lines the ingest spent ~8 s more that way (bench/analytics_ingest.py). The
+instead, and at 10M lines the ingest spent ~6 s more that way (analytics-ingest-10m-json-reader.json). The
 JSON reader, though, does not map lines to rows one to one in every file: it drops blank lines,
 makes a line holding a JSON array one row per element, and rejects invalid UTF-8 that the text
 reader's decoding replaces. Line numbers (of malformed lines and of violations' evidence) count

@@ -19,6 +19,7 @@ import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -388,7 +389,8 @@ def _with_text_read_again(spark: SparkSession, lined: DataFrame) -> DataFrame:
     files = [row["file"] for row in lined.filter(F.col("value").isNull()).select("file").distinct().collect()]
     if not files:
         return lined
-    lines = read_lines(spark, files)
+    # `file` is Spark's URL-encoded file URI; Spark reads a path as list_inputs names it (decoded).
+    lines = read_lines(spark, [unquote(file) for file in files])
     texts = with_line(lines, splits_of(lines)).select(
         "file", "line", F.substring("value", 1, MAX_BAD_VALUE_CHARS).alias("text")
     )

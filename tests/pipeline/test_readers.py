@@ -71,7 +71,7 @@ def test_malformed_lines_keep_file_line_and_text_whichever_reader_read_them(
 
     from controller_svc.analytics import job
 
-    logs = tmp_path / "logs"
+    logs = tmp_path / "lo gs%41#1"  # a path Spark's file URI escapes
     regular = _write(logs, "broker-1.state-change.jsonl", [line for line, _ in LINES])
     # The same lines after a blank one: this file is read line by line.
     irregular = _write(logs, "broker-2.state-change.jsonl", [b"", *[line for line, _ in LINES]])
