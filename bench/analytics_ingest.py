@@ -43,12 +43,6 @@ def _timed(action: Callable[[], object]) -> float:
     return time.monotonic() - started
 
 
-def _line_by_line_ingest(spark: Any, files: list[str], out: str) -> None:
-    ingest.parse(ingest.read_lines(spark, files)).write.mode("overwrite").partitionBy("status", "kind_group").parquet(
-        f"{out}/events"
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=10_000_000)
@@ -76,7 +70,9 @@ def main() -> None:
             lambda: ingest.read_records(spark, [str(logs)]).write.format("noop").mode("overwrite").save()
         ),
         "ingest_s": lambda: _timed(lambda: ingest.ingest(spark, [str(logs)], out)),
-        "line_by_line_ingest_s": lambda: _timed(lambda: _line_by_line_ingest(spark, files, out + "-lines")),
+        "line_by_line_ingest_s": lambda: _timed(
+            lambda: ingest.write_events(ingest.parse(ingest.read_lines(spark, files)), out + "-lines")
+        ),
     }
     samples: dict[str, list[float]] = {name: [] for name in measures}
     for _ in range(args.runs):

@@ -333,9 +333,12 @@ def events_schema() -> T.StructType:
 def ingest(spark: SparkSession, inputs: Sequence[str], out: str, prefetch: census.Prefetch | None = None) -> None:
     """Parse every line once into OUTDIR/events, partitioned by status and kind so that each
     analysis reads only the kinds it needs."""
-    read_records(spark, inputs, prefetch).write.mode("overwrite").partitionBy("status", "kind_group").parquet(
-        f"{out}/events"
-    )
+    write_events(read_records(spark, inputs, prefetch), out)
+
+
+def write_events(records: DataFrame, out: str) -> None:
+    """The events table: parsed and classified lines, partitioned by status and kind."""
+    records.write.mode("overwrite").partitionBy("status", "kind_group").parquet(f"{out}/events")
 
 
 def _node_role() -> Column:
