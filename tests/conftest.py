@@ -1,4 +1,5 @@
 import asyncio
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -7,6 +8,9 @@ import uvloop
 
 # Every process of the project runs on uvloop; so do the tests.
 asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+# `controller-svc analyze` keeps the Spark driver's class archive in the user's cache; the tests'
+# runs leave it alone (one test records and uses an archive of its own).
+os.environ.setdefault("KCONTROLLER_CLASS_ARCHIVE", "off")
 
 
 @pytest.fixture(scope="session")

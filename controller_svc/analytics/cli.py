@@ -79,20 +79,40 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         conf = parse_conf(args.conf)
-        session.check_runtime()
+        java_setup = session.check_runtime()
     except (ValueError, session.SparkUnavailableError) as e:
         print(f"analyze: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from controller_svc.analytics import census, job
-    from controller_svc.analytics.ingest import STATE_CHANGE_GLOB, ClusterBy, InputError
+    from controller_svc.analytics import census, class_archive
+    from controller_svc.analytics.ingest import STATE_CHANGE_GLOB
 
     # The local files' census runs while the JVM starts.
     prefetch = census.Prefetch(args.logdirs, STATE_CHANGE_GLOB)
+    archive = session.locate_class_archive(java_setup)
     try:
-        spark = session.build(args.master, conf)
+        spark = session.build(args.master, conf, archive=archive)
     except Exception as e:  # a bad master URL or setting, a JVM that does not start
         print(f"analyze: could not start Spark ({args.master}): {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    try:
+        return _analyze(spark, args, prefetch)
+    finally:
+        # After the results are out: a JVM that records its class archive takes a while to exit.
+        sys.stdout.flush()
+        if archive is not None and not archive.ready():
+            print(
+                f"analyze: saving Spark's classes to {archive.path} for faster starts (once; "
+                f"{class_archive.ENV}=off to skip)",
+                file=sys.stderr,
+                flush=True,
+            )
+        session.stop(spark, archive)
+
+
+def _analyze(spark: Any, args: argparse.Namespace, prefetch: Any) -> int:
+    from controller_svc.analytics import job
+    from controller_svc.analytics.ingest import ClusterBy, InputError
+
     try:
         outcome = job.analyze(spark, args.logdirs, args.out, ClusterBy(args.cluster_by), prefetch)
     except InputError as e:
@@ -106,8 +126,6 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
-    finally:
-        spark.stop()
     if args.json:
         print(json.dumps(outcome.summary, indent=2))
     else:

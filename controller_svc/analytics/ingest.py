@@ -103,9 +103,7 @@ def read_lines(spark: SparkSession, files: Sequence[str]) -> DataFrame:
     )
 
 
-def read_records(
-    spark: SparkSession, inputs: Sequence[str], prefetch: census.Prefetch | None = None
-) -> DataFrame:
+def read_records(spark: SparkSession, inputs: Sequence[str], prefetch: census.Prefetch | None = None) -> DataFrame:
     """Every line of the inputs' log files, parsed and classified (see `parse`): the files that
     map one row per line through Spark's JSON reader, the others line by line (census.plan)."""
     files = list_inputs(spark, inputs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import pathlib
 import re
@@ -10,8 +11,12 @@ import subprocess
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from controller_svc.analytics import class_archive
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger("analytics")
 
 LOG4J_CONFIG = pathlib.Path(__file__).with_name("log4j2.properties")
 JIT_OPTIONS = "-XX:-DontCompileHugeMethods -XX:+UseParallelGC"
@@ -21,7 +26,9 @@ class SparkUnavailableError(RuntimeError):
     """PySpark or a Java runtime is missing: the analytics cannot run on this machine."""
 
 
-def check_runtime() -> None:
+def check_runtime() -> str:
+    """Raises SparkUnavailableError unless PySpark and Java 17+ are here; returns what
+    identifies the Java build (its path and `java -version`)."""
     try:
         import pyspark  # noqa: F401
     except ImportError as e:
@@ -33,17 +40,27 @@ def check_runtime() -> None:
     hint = "Spark 4 needs Java 17 or newer (`apt-get install default-jre-headless`, or set JAVA_HOME)"
     if java is None or not pathlib.Path(java).exists():
         raise SparkUnavailableError(f"no Java runtime: {hint}")
-    version = java_major_version(java)
+    banner = java_version_banner(java)
+    version = java_major_version(banner)
     if version is not None and version < 17:
         raise SparkUnavailableError(f"{java} is Java {version}: {hint}")
+    return f"{os.path.realpath(java)}\n{banner}"
 
 
-def java_major_version(java: str) -> int | None:
+def java_version_banner(java: str) -> str:
+    """What `java -version` prints, or "" when it cannot run."""
     try:
         result = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', result.stderr + result.stdout)
+        return ""
+    # Without the JVM's notes of options taken from the environment ("Picked up
+    # JAVA_TOOL_OPTIONS: ..."): they say nothing of the build, and vary between runs.
+    text = result.stderr + result.stdout
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("Picked up "))
+
+
+def java_major_version(banner: str) -> int | None:
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', banner)
     if match is None:
         return None
     major = int(match.group(1))
@@ -75,13 +92,35 @@ def default_driver_memory() -> str:
     return f"{gib}g"
 
 
+def driver_java_options() -> str:
+    return f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()} {JIT_OPTIONS}"
+
+
+def locate_class_archive(java_setup: str) -> class_archive.ClassArchive | None:
+    """This machine's class archive for the driver JVM as build() starts it (class_archive.py):
+    keyed by the Java build, the PySpark installation (its jars are the class path) and the
+    JVM options."""
+    import pyspark
+
+    setup = "\n".join([java_setup, pyspark.__version__, os.path.realpath(pyspark.__file__), driver_java_options()])
+    return class_archive.locate(setup)
+
+
 def build(
-    master: str = "local[*]", conf: Mapping[str, str] | None = None, app_name: str = "kcontroller-analyze"
+    master: str = "local[*]",
+    conf: Mapping[str, str] | None = None,
+    app_name: str = "kcontroller-analyze",
+    archive: class_archive.ClassArchive | None = None,
 ) -> SparkSession:
     """A SparkSession for the analytics. Settings that only take effect when the JVM starts
-    (driver memory, log4j) apply to the first session of the process."""
+    (driver memory, log4j, the class archive) apply to the first session of the process. With
+    `archive`, the driver starts from it, or records it (then end with `stop(spark, archive)`)."""
     check_runtime()
     from pyspark.sql import SparkSession
+
+    driver_options = driver_java_options()
+    if archive is not None:
+        driver_options += " " + archive.java_options()
 
     settings: dict[str, str] = {
         "spark.ui.enabled": "false",
@@ -93,7 +132,7 @@ def build(
         # 8000-byte limit for JIT compilation; left interpreted it doubled the parse (10M lines:
         # 34 s -> 23 s with the limit lifted). A batch job wants throughput, not short pauses:
         # the parallel collector took the whole 10M-event analysis from 92 s to 82 s.
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()} {JIT_OPTIONS}",
+        "spark.driver.extraJavaOptions": driver_options,
         "spark.executor.extraJavaOptions": JIT_OPTIONS,
     }
     if is_local(master):
@@ -108,3 +147,35 @@ def build(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+JVM_EXIT_WAIT_S = 300.0
+
+
+def stop(spark: SparkSession, archive: class_archive.ClassArchive | None = None) -> None:
+    """Stops the session. When its JVM was started to record a class archive, also ends that
+    JVM (it writes the archive as it exits), waits for it and puts the archive in place."""
+    spark.stop()
+    if archive is None or archive.ready():
+        return
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    process = getattr(gateway, "proc", None)  # None when PySpark joined a JVM it did not start
+    if gateway is None or process is None:
+        return
+    log.info("Spark's driver is saving its class archive (once per machine and set-up)")
+    gateway.shutdown()
+    try:
+        if process.stdin is not None:
+            process.stdin.close()  # PySpark's JVM exits when its stdin closes
+        code = process.wait(timeout=JVM_EXIT_WAIT_S)
+    except subprocess.TimeoutExpired:
+        log.warning("Spark's driver JVM did not exit within %.0f s; no class archive this time", JVM_EXIT_WAIT_S)
+        process.kill()
+        code = None
+    finally:
+        # The next session of this process (if any) starts a JVM of its own.
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+    archive.commit(code)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from controller_svc.analytics import schema, synthetic
+from controller_svc.analytics import class_archive, schema, synthetic
 from tests.pipeline import scenarios
 
 pytestmark = pytest.mark.pipeline
@@ -269,27 +269,50 @@ def test_empty_and_missing_input_is_bad_input(spark: Any, tmp_path: pathlib.Path
     assert len(table(spark, tmp_path / "out4", "bad_records")) == 2
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "controller_svc", "analyze", *args],
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
 
 
-def test_cli_exit_codes(tmp_path: pathlib.Path) -> None:
+def test_cli_exit_codes_and_the_class_archive(tmp_path: pathlib.Path) -> None:
+    """Exit codes 1 and 2 of runs that start Spark, the first recording the driver's class
+    archive and the second starting from it (the suite runs with archives off otherwise)."""
+    archives = tmp_path / "archives"
     scenarios.violations(tmp_path / "broken")
-    result = cli(str(tmp_path / "broken"), "--out", str(tmp_path / "out"), "--master", "local[1]")
+    result = cli(
+        str(tmp_path / "broken"),
+        "--out",
+        str(tmp_path / "out"),
+        "--master",
+        "local[1]",
+        env={class_archive.ENV: str(archives)},
+    )
     assert result.returncode == 1, result.stderr[-3000:]
     assert "leader_epoch_regression 3" in result.stdout
     assert (tmp_path / "out" / "report.html").is_file()
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["violations"]["single_controller_per_epoch"] == 2
+    (archive,) = archives.glob(f"{class_archive.PREFIX}*{class_archive.SUFFIX}")
+    assert f"saving Spark's classes to {archive}" in result.stderr
+    assert [p.name for p in archives.iterdir() if p.name.endswith(".tmp")] == []
+    assert json.loads((archives / f"{archive.name}.json").read_text())["size"] == archive.stat().st_size > 1 << 20
 
-    result = cli(str(tmp_path / "nowhere"), "--out", str(tmp_path / "out2"))
+    # The JVM's own word that it mapped the archive: its CDS log, to a file.
+    cds_log = tmp_path / "cds.log"
+    result = cli(
+        str(tmp_path / "nowhere"),
+        "--out",
+        str(tmp_path / "out2"),
+        env={class_archive.ENV: str(archives), "JAVA_TOOL_OPTIONS": f"-Xlog:cds=info,cds+dynamic=info:file={cds_log}"},
+    )
     assert result.returncode == 2
     assert "no such file or directory" in result.stderr
+    jvm_says = cds_log.read_text()
+    assert "Mapped dynamic region" in jvm_says and "Unable to use shared archive" not in jvm_says, jvm_says[-3000:]
 
     result = cli(str(tmp_path / "broken"), "--out", str(tmp_path / "out3"), "--conf", "not-a-pair")
     assert result.returncode == 2
