@@ -4,7 +4,7 @@ Spark's driver loads some 25,000 classes from ~250 jars, parsing and verifying e
 AppCDS archive (JDK 13+, `-XX:ArchiveClassesAtExit` / `-XX:SharedArchiveFile`) maps them
 ready-made instead. On a 2-core machine a SparkSession started in 5.7-6.0 s with the archive
 and 9.4-10.0 s without (runs interleaved). The first `controller-svc analyze` on a machine
-records the archive when its JVM exits (once: ~150 MB, 10-25 s after the results are out);
+records the archive when its JVM exits (once: 170 MB and 23 s on that machine, after the results are out);
 every later one starts from it.
 
 Safety: the JVM maps the archive's bytes, and a truncated archive kills it with SIGBUS, so an

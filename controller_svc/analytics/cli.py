@@ -9,7 +9,12 @@ import argparse
 import json
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from controller_svc.analytics import census
 
 log = logging.getLogger("analytics")
 
@@ -109,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         session.stop(spark, archive)
 
 
-def _analyze(spark: Any, args: argparse.Namespace, prefetch: Any) -> int:
+def _analyze(spark: SparkSession, args: argparse.Namespace, prefetch: census.Prefetch) -> int:
     from controller_svc.analytics import job
     from controller_svc.analytics.ingest import ClusterBy, InputError
 
