@@ -55,6 +55,14 @@ AREAS: tuple[tuple[str, str], ...] = (
     ("serialization", r"ObjectInputStream|ObjectOutputStream|JavaSerializer|KryoSerializer"),
 )
 _AREA_PATTERNS = [(area, re.compile(pattern)) for area, pattern in AREAS]
+# What a JIT compile compiled: the job's own generated classes, or the code that makes them
+# (Janino, Catalyst), or the rest (Spark's core, Parquet, Jackson, Scala and Java libraries).
+COMPILED_GROUPS: tuple[tuple[str, str], ...] = (
+    ("generated classes", r"GeneratedClass"),
+    ("Janino", r"^org\.codehaus\."),
+    ("Catalyst", r"^org\.apache\.spark\.sql\.catalyst\."),
+)
+_COMPILED_PATTERNS = [(group, re.compile(pattern)) for group, pattern in COMPILED_GROUPS]
 TASK_THREADS_HINT = "Executor task launch worker"
 JFR_SAMPLE_PERIOD_S = 0.010  # the "profile" configuration's Java sampling period
 
@@ -169,7 +177,16 @@ class StepProfile:
         default_factory=lambda: collections.defaultdict(float)
     )
     longest_compiles: list[tuple[float, str]] = dataclasses.field(default_factory=list)
+    # (compiler, group) -> [compiles, seconds]
+    compiled: dict[tuple[str, str], list[float]] = dataclasses.field(default_factory=dict)
     gc_s: float = 0.0
+
+
+def compiled_group(method: str) -> str:
+    for group, pattern in _COMPILED_PATTERNS:
+        if pattern.search(method):
+            return group
+    return "other"
 
 
 def attribute(events: Iterable[Sample | Compile | GcPause], steps: list[StepProfile]) -> None:
@@ -195,6 +212,9 @@ def attribute(events: Iterable[Sample | Compile | GcPause], steps: list[StepProf
         elif isinstance(event, Compile):
             step.compile_s[event.compiler] += event.seconds
             step.longest_compiles.append((event.seconds, event.method))
+            tally = step.compiled.setdefault((event.compiler, compiled_group(event.method)), [0, 0.0])
+            tally[0] += 1
+            tally[1] += event.seconds
         else:
             step.gc_s += event.seconds
 
@@ -208,6 +228,13 @@ def render(steps: list[StepProfile], cores: int, top: int, header: str) -> str:
         f"{total_compile:.1f} s (c2 {sum(s.compile_s['c2'] for s in steps):.1f} s); "
         f"GC pauses {sum(s.gc_s for s in steps):.1f} s"
     )
+    for compiler in ("c2", "c1"):
+        groups = [group for group, _ in COMPILED_GROUPS] + ["other"]
+        tallies = {g: [sum(s.compiled.get((compiler, g), [0, 0.0])[i] for s in steps) for i in (0, 1)] for g in groups}
+        lines.append(
+            f"{compiler} by what it compiled: "
+            + ", ".join(f"{g} {tallies[g][1]:.1f} s ({int(tallies[g][0])} compiles)" for g in groups)
+        )
     for step in steps:
         possible = max(1.0, step.wall_s * cores / JFR_SAMPLE_PERIOD_S)
         lines.append("")

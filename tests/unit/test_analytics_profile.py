@@ -118,6 +118,16 @@ def test_a_sample_belongs_to_the_area_of_its_topmost_matching_frame() -> None:
     assert ap.area_of(()) == "other"
 
 
+def test_a_compile_is_grouped_by_what_it_compiled() -> None:
+    generated = (
+        "org.apache.spark.sql.catalyst.expressions.GeneratedClass$GeneratedIteratorForCodegenStage1.processNext()"
+    )
+    assert ap.compiled_group(generated) == "generated classes"  # though in Catalyst's package
+    assert ap.compiled_group("org.codehaus.janino.UnitCompiler.compile2(Java$Block)") == "Janino"
+    assert ap.compiled_group("org.apache.spark.sql.catalyst.trees.TreeNode.transform(PartialFunction)") == "Catalyst"
+    assert ap.compiled_group("org.apache.parquet.io.MessageColumnIO.getColumns()") == "other"
+
+
 def test_events_are_counted_in_the_step_that_was_running() -> None:
     steps = [
         ap.StepProfile("ingest", datetime.time(4, 57, 0), datetime.time(4, 57, 10), 10.0),
@@ -138,3 +148,8 @@ def test_events_are_counted_in_the_step_that_was_running() -> None:
     assert "== ingest: 10.0 s; 2 Java samples (2 in task threads, 0% of 2 cores' possible); compiles c2 1.5 s" in text
     assert "by area: json parse 50%, parquet write 50%" in text
     assert "longest compiles: 1.50 s org.codehaus.janino.UnitCompiler.compile2(Java$Block)" in text
+    assert (
+        "c2 by what it compiled: generated classes 0.0 s (0 compiles), Janino 1.5 s (1 compiles), "
+        "Catalyst 0.0 s (0 compiles), other 0.0 s (0 compiles)"
+    ) in text
+    assert "c1 by what it compiled: generated classes 0.0 s (0 compiles), Janino 0.0 s (0 compiles)" in text
