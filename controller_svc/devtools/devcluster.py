@@ -317,28 +317,23 @@ def read_spec(directory: str) -> dict[str, Any]:
 
 
 def down(directory: str, grace_s: float = 15.0) -> None:
-    """SIGTERM every process the launcher started, SIGKILL after the grace period."""
+    """SIGTERM every process the launcher started, SIGKILL what is left after the grace period
+    (one per group: brokers, then controllers, then ZooKeeper)."""
     base = pathlib.Path(directory).resolve()
     spec = read_spec(str(base))
+    zk_pids = [n["pid"] for n in spec.get("zookeeper_nodes", []) if n.get("pid")] or [spec.get("zookeeper_pid")]
     # Brokers first (their controlled shutdown needs a controller), then controllers.
-    for group in ("brokers", "controllers"):
-        pids = [n["pid"] for n in spec.get(group, []) if n.get("pid")]
+    for pids in (
+        [n["pid"] for n in spec.get("brokers", []) if n.get("pid")],
+        [n["pid"] for n in spec.get("controllers", []) if n.get("pid")],
+        [pid for pid in zk_pids if pid],
+    ):
         for pid in pids:
             try:
-                os.kill(pid, signal.SIGCONT)  # a stopped process cannot handle SIGTERM
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGCONT)  # a stopped (or hung) process cannot handle SIGTERM
             except ProcessLookupError:
                 pass
-        for pid in pids:
-            zookeeper_launcher.stop_pid(pid, signal.SIGTERM, grace_s)
-    zk_pids = [n["pid"] for n in spec.get("zookeeper_nodes", []) if n.get("pid")] or [spec.get("zookeeper_pid")]
-    for pid in zk_pids:
-        if pid:
-            try:
-                os.kill(pid, signal.SIGCONT)  # a hung (stopped) server too
-            except ProcessLookupError:
-                continue
-            zookeeper_launcher.stop_pid(pid, signal.SIGTERM, grace_s)
+        zookeeper_launcher.stop_pids(pids, signal.SIGTERM, grace_s)
     (base / CLUSTER_FILE).rename(base / "cluster.json.down")
 
 
