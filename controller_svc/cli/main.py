@@ -43,7 +43,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     up.add_argument("--broker-override", action="append", default=[], metavar="KEY=VALUE")
     down = cluster_sub.add_parser("down", help="stop everything `up` started")
     down.add_argument("--dir", required=True)
-    down.add_argument("--grace-s", type=float, default=15.0, help="SIGKILL after this many seconds")
+    down.add_argument(
+        "--grace-s",
+        type=float,
+        default=15.0,
+        help="SIGKILL what is left of each group (brokers, controllers, ZooKeeper) after this many seconds",
+    )
     status = cluster_sub.add_parser("status", help="who is controller, the epoch, the brokers")
     status.add_argument("--dir", required=True)
 
