@@ -50,6 +50,7 @@ def test_a_group_is_given_one_grace_period_not_one_per_process() -> None:
     )
     stubborn = [subprocess.Popen([sys.executable, "-c", ignores_sigterm], stdout=subprocess.PIPE) for _ in range(3)]
     polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    everyone = [*stubborn, polite]
     try:
         for process in stubborn:
             assert process.stdout is not None and process.stdout.readline() == b"ready\n"
@@ -63,7 +64,6 @@ def test_a_group_is_given_one_grace_period_not_one_per_process() -> None:
             else:
                 virtual_s[0] += seconds
 
-        everyone = [*stubborn, polite]
         killed = zookeeper_launcher.stop_pids(
             [p.pid for p in everyone],
             signal.SIGTERM,
