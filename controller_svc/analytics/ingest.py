@@ -60,9 +60,10 @@ class ClusterBy:
 def record_schema() -> T.StructType:
     """The typed fields of a record, and no corrupt-record column: with one, Spark's parser
     (FailureSafeParser) copies every parsed row field by field, by name, into a wider row, which
-    made the JSON parse of 10M lines ~25% slower (29.6 s -> 23.7 s, warm, same files). A line
-    that fails to parse is a row of nulls without it, which `is_malformed` reports (no ts, node
-    or kind); its text is read again from its file when the malformed lines are written."""
+    made the JSON parse of 10M lines ~20% slower (bench.analytics' floor on the same files in one
+    hour: 32.5 s with it, 27.5 s without, bench/results/analytics-10m-*no-corrupt-column.json).
+    A line that fails to parse is a row of nulls without it, which `is_malformed` reports (no
+    ts, node or kind); its text is read again from its file when the malformed lines are written."""
     return T.StructType([T.StructField(name, _SPARK_TYPES[kind]) for name, kind in schema.FIELDS])
 
 

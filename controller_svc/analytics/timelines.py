@@ -9,6 +9,7 @@ inside a millisecond, which the controller's own records (broker change, then el
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -53,20 +54,22 @@ def _named_as(role: str) -> Column:
 # --- controllers ---------------------------------------------------------------------------
 
 
-def liveness_records(events: DataFrame, role: str) -> DataFrame:
-    """(cluster, node, node_id, ts) of every record of the `role`'s nodes that write `node.alive`
-    at a fixed interval: for them, the last record of any kind bounds when the process stopped.
-    A node without liveness records (an older log) gives no such bound: its losses are counted
-    from when they were seen, as before."""
+def liveness_nodes(events: DataFrame, role: str) -> DataFrame:
+    """(cluster, node, node_id) of the `role`'s nodes that write `node.alive` at a fixed
+    interval: for them, the last record of any kind bounds when the process stopped. A node
+    without liveness records (an older log) gives no such bound: its losses are counted from
+    when they were seen, as before. Few rows (one per node)."""
     # The role and id are derived from a node's name once per node, not once per record.
     alive_nodes = with_node_columns(of_kind(events, "node.alive").select("cluster", "node").distinct())
-    nodes = of_role(alive_nodes, role).select("cluster", "node", "node_id")
-    return (
-        events.filter(_named_as(role))
-        .select("cluster", "node", "ts")
-        .join(F.broadcast(nodes), ["cluster", "node"])
-        .select("cluster", "node", "node_id", "ts")
-    )
+    return of_role(alive_nodes, role).select("cluster", "node", "node_id")
+
+
+def node_records(events: DataFrame, role: str) -> DataFrame:
+    """(cluster, node, ts) of every record written by a node named as `role`'s are. Which of
+    those nodes count (liveness_nodes) is decided on the few queries about them, not on these
+    millions of rows: a join of every broker record with the nodes' table was a third of the
+    last-sign-of-life lookup at 10M events."""
+    return events.filter(_named_as(role)).select("cluster", "node", "ts")
 
 
 # Up to this many query times for one key, records meet their key's times in a broadcast join;
@@ -77,6 +80,19 @@ JOINED_QUERY_TIMES = 64
 # every slot of its key: 9M broker records x ~40 losses per broker were 360M comparisons.
 SLOT_BUCKETS_PER_KEY = 1024
 SLOT_BUCKET_ROWS = 200_000
+
+
+def _time_buckets(first: int, last: int, key_count: int) -> Callable[[Column], Column]:
+    """The bucket of a time, for slot tables (at most SLOT_BUCKETS_PER_KEY buckets per key and
+    SLOT_BUCKET_ROWS in all): bucket b holds the times [first + b * width, first + (b + 1) *
+    width); earlier and later times fall into the first and the last bucket, so every time has one."""
+    buckets = max(1, min(SLOT_BUCKETS_PER_KEY, SLOT_BUCKET_ROWS // max(1, key_count)))
+    width = (last - first) // buckets + 1
+
+    def bucket(t: Column) -> Column:
+        return F.least(F.greatest(F.floor((t - first) / width), F.lit(0)), F.lit(buckets - 1)).cast("int")
+
+    return bucket
 
 
 def last_record_before(
@@ -111,14 +127,7 @@ def last_record_before(
     most, key_count, first_at, last_at = (int(v) for v in shape)
     if most > JOINED_QUERY_TIMES:
         return _sorted_last_record_before(queries, records, keys, at, inclusive, alias)
-    # Bucket b holds the times [first_at + b * width, first_at + (b + 1) * width); earlier and
-    # later times fall into the first and the last bucket, so every record has one.
-    buckets = max(1, min(SLOT_BUCKETS_PER_KEY, SLOT_BUCKET_ROWS // key_count))
-    width = (last_at - first_at) // buckets + 1
-
-    def bucket(t: Column) -> Column:
-        return F.least(F.greatest(F.floor((t - first_at) / width), F.lit(0)), F.lit(buckets - 1)).cast("int")
-
+    bucket = _time_buckets(first_at, last_at, key_count)
     in_key = Window.partitionBy(*keys).orderBy("_at")
     # Slot k of a key: after its (k-1)th query time (at or after it when inclusive), up to its
     # kth; one row per bucket it spans (the first slot spans every bucket before its end).
@@ -347,10 +356,13 @@ def failover_incidents(events: DataFrame, tenures: DataFrame) -> DataFrame:
         .withColumn("converged_ts", F.when(F.col("brokers_applied") == F.col("brokers"), F.col("last_applied_ts")))
     )
     # The old controller's last sign of life up to the loss (a zombie's records after it don't count).
-    signs_of_life = liveness_records(events, "controller").select("cluster", F.col("node").alias("previous_node"), "ts")
+    signs_of_life = node_records(events, "controller").withColumnRenamed("node", "previous_node")
+    with_liveness = liveness_nodes(events, "controller").select("cluster", F.col("node").alias("previous_node"))
     last_alive = (
         last_record_before(
-            chained.select("cluster", "controller_epoch", "previous_node", "lost_ts"),
+            chained.select("cluster", "controller_epoch", "previous_node", "lost_ts").join(
+                F.broadcast(with_liveness), ["cluster", "previous_node"]
+            ),
             signs_of_life,
             ["cluster", "previous_node"],
             at="lost_ts",
@@ -436,16 +448,72 @@ def leadership(events: DataFrame) -> DataFrame:
     )
 
 
+# Up to this many losses in all (brokers deregistered or bounced, over the whole history),
+# leaderships meet them in a broadcast join; beyond it, in one sort with them.
+JOINED_LOSSES = 100_000
+
+
 def first_loss_in_tenure(led: DataFrame, losses: DataFrame) -> DataFrame:
     """Each leadership (cluster, broker, from_pos, until_pos, ...) whose broker was lost while it
     led, with that first loss's pos, ts, cause and alive_ts.
 
     Only the first loss counts: after it nothing but a new election (which ends the leadership)
     or the topic's deletion can close the interval it opens, and a loss after a deletion is not
-    the deleted partition's. One sort per broker of its leaderships and losses (the earliest
-    loss at or after each leadership's start) instead of testing every loss of a broker against
-    every leadership it held (127M pairs at 10M events).
+    the deleted partition's. The losses of a broker (a few per broker, thousands in a history)
+    cut its time line into slots; a leadership's first loss is the end of the slot its start
+    falls into, which it finds in a broadcast join against the slots cut into time buckets (as
+    last_record_before's records do), no shuffle or sort of the leaderships (827k at 10M
+    events) needed. With more losses than a broadcast should hold, one sort per broker of its
+    leaderships and losses together (`_sorted_first_loss_in_tenure`). Testing every loss of a
+    broker against every leadership it held was 127M pairs at 10M events.
     """
+    loss = F.struct("pos", "ts", "cause", "alive_ts")
+    # One loss per broker and position (a record naming a broker twice): the least, as the sort's
+    # min. Few rows with a long lineage (the last sign of life of each): computed once.
+    firsts = losses.groupBy("cluster", "broker", "pos").agg(F.min(loss).alias("_loss")).cache()
+    shape = firsts.agg(F.count("*"), F.count_distinct("cluster", "broker"), F.min("pos.ts"), F.max("pos.ts")).first()
+    if shape is None or not shape[0]:
+        return _with_loss(led.limit(0), F.lit(None).cast(firsts.schema["_loss"].dataType))
+    total, key_count, first_ts, last_ts = (int(v) for v in shape)
+    if total > JOINED_LOSSES:
+        return _sorted_first_loss_in_tenure(led, firsts.select("cluster", "broker", "_loss.*"))
+    bucket = _time_buckets(first_ts, last_ts, key_count)
+    # Slot of a loss: after the broker's previous loss, up to and including this one; one row
+    # per bucket it spans (the first slot spans every bucket before its end).
+    in_broker = Window.partitionBy("cluster", "broker").orderBy("pos")
+    slots = firsts.select("cluster", "broker", "pos", "_loss", F.lag("pos").over(in_broker).alias("_after")).select(
+        "cluster",
+        "broker",
+        "pos",
+        "_after",
+        "_loss",
+        F.explode(F.sequence(F.coalesce(bucket(F.col("_after.ts")), F.lit(0)), bucket(F.col("pos.ts")))).alias(
+            "_bucket"
+        ),
+    )
+    start = F.col("l.from_pos")
+    in_slot = (F.col("s._after").isNull() | (start > F.col("s._after"))) & (start <= F.col("s.pos"))
+    same_bucket = functools.reduce(
+        lambda a, b: a & b, [F.col(f"l.{k}") == F.col(f"s.{k}") for k in ("cluster", "broker", "_bucket")]
+    )
+    found = (
+        led.select("*", bucket(F.col("from_pos.ts")).alias("_bucket"))
+        .alias("l")
+        .join(F.broadcast(slots.alias("s")), same_bucket & in_slot)
+        .filter(F.col("l.until_pos").isNull() | (F.col("s.pos") < F.col("l.until_pos")))
+    )
+    return _with_loss(found.select(*[F.col(f"l.{c}") for c in led.columns], F.col("s._loss")), F.col("_loss"))
+
+
+def _with_loss(frame: DataFrame, loss: Column) -> DataFrame:
+    columns = [c for c in frame.columns if c != "_loss"]
+    with_loss = frame.select(*columns, loss.alias("_loss"))
+    return with_loss.select(*columns, "_loss.pos", "_loss.ts", "_loss.cause", "_loss.alive_ts")
+
+
+def _sorted_first_loss_in_tenure(led: DataFrame, losses: DataFrame) -> DataFrame:
+    """first_loss_in_tenure as one sort per broker of its leaderships and losses (the earliest
+    loss at or after each leadership's start)."""
     loss = F.struct("pos", "ts", "cause", "alive_ts")
     tenure = F.struct(*[F.col(c) for c in led.columns])
     marked = led.select("cluster", "broker", F.col("from_pos").alias("_p"), tenure.alias("_row"))
@@ -531,12 +599,14 @@ def offline_intervals(events: DataFrame, leaders: DataFrame) -> DataFrame:
             F.when(F.col("cause") == "broker_bounced", F.col("registered_ts")).otherwise(F.col("ts") + 1),
         )
     )
-    broker_records = liveness_records(events, "broker").select("cluster", F.col("node_id").alias("broker"), "ts")
+    with_liveness = liveness_nodes(events, "broker").select("cluster", "node", F.col("node_id").alias("broker"))
     last_alive = (
         last_record_before(
-            bounds.select("cluster", "pos", "broker", "alive_before"),
-            broker_records,
-            ["cluster", "broker"],
+            bounds.select("cluster", "pos", "broker", "alive_before").join(
+                F.broadcast(with_liveness), ["cluster", "broker"]
+            ),
+            node_records(events, "broker"),
+            ["cluster", "node"],
             at="alive_before",
             inclusive=False,
             alias="alive_ts",

@@ -64,11 +64,19 @@ def test_last_record_before_is_the_latest_earlier_record(
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_first_loss_in_tenure_is_the_earliest_loss_while_leading(spark: Any, seed: int) -> None:
+@pytest.mark.parametrize("search", ["joined", "joined-coarse", "sorted"])
+def test_first_loss_in_tenure_is_the_earliest_loss_while_leading(
+    spark: Any, seed: int, search: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from pyspark.sql import functions as F
 
+    from controller_svc.analytics import timelines
     from controller_svc.analytics.timelines import first_loss_in_tenure
 
+    # Joined: slots in one bucket per ms of the losses' span, or (coarse) in 3 buckets, so that
+    # slots share buckets and span several; sorted: the fallback for more losses than a broadcast holds.
+    monkeypatch.setattr(timelines, "JOINED_LOSSES", -1 if search == "sorted" else 100_000)
+    monkeypatch.setattr(timelines, "SLOT_BUCKETS_PER_KEY", 3 if search == "joined-coarse" else 1024)
     rng = random.Random(seed)
     times = rng.sample(range(1, 5000), 700)  # distinct record times; mids make positions unique
     led: list[tuple[Any, ...]] = []
