@@ -154,18 +154,24 @@ def analyze(
     clock.lap("clusters")
 
     tenures = _write(timelines.controller_tenures(events).drop("start_pos"), out, "controller_tenures", clock)
-    incidents = _write(
-        timelines.failover_incidents(events, tenures.withColumn("start_pos", F.struct("start_ts"))),
-        out,
-        "failover_incidents",
-        clock,
-    )
-    leaders = timelines.leadership(events).persist(StorageLevel.MEMORY_AND_DISK)
+    # The timelines' own caches, released once the tables built from them are written (each
+    # table is read back from its Parquet files, not from their lineage).
+    held = timelines.HeldFrames()
     try:
-        _write(leaders.drop("from_pos", "until_pos", "block", "mid"), out, "leadership", clock)
-        offline = _write(timelines.offline_intervals(events, leaders), out, "offline_intervals", clock)
+        incidents = _write(
+            timelines.failover_incidents(events, tenures.withColumn("start_pos", F.struct("start_ts")), held),
+            out,
+            "failover_incidents",
+            clock,
+        )
+        leaders = timelines.leadership(events).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            _write(leaders.drop("from_pos", "until_pos", "block", "mid"), out, "leadership", clock)
+            offline = _write(timelines.offline_intervals(events, leaders, held), out, "offline_intervals", clock)
+        finally:
+            leaders.unpersist()
     finally:
-        leaders.unpersist()
+        held.release()
     latency = _write(timelines.request_latency(events), out, "request_latency", clock)
     found = _write(invariants.all_violations(events), out, "_violations_unresolved", clock)
     violations = _write(

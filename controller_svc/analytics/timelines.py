@@ -20,6 +20,25 @@ from controller_svc.analytics.ingest import with_node_columns
 POSITION_COLUMNS = ("ts", "file", "block", "mid")
 
 
+class HeldFrames:
+    """The few-row frames a timeline caches for its own queries (last_record_before's queries,
+    first_loss_in_tenure's losses), released by the caller once the tables built from them are
+    written. Spark's cache keeps a frame until it is unpersisted: without this, every analysis
+    in a long-lived session (a notebook, the benchmark's warm runs) left three behind."""
+
+    def __init__(self) -> None:
+        self._frames: list[DataFrame] = []
+
+    def cache(self, frame: DataFrame) -> DataFrame:
+        cached = frame.cache()
+        self._frames.append(cached)
+        return cached
+
+    def release(self) -> None:
+        while self._frames:
+            self._frames.pop().unpersist()
+
+
 def position() -> Column:
     """Order of records: time, then the order of lines within a file (ingest's block and mid)."""
     return F.struct(*POSITION_COLUMNS)
@@ -96,7 +115,7 @@ def _time_buckets(first: int, last: int, key_count: int) -> Callable[[Column], C
 
 
 def last_record_before(
-    queries: DataFrame, records: DataFrame, keys: list[str], at: str, inclusive: bool, alias: str
+    queries: DataFrame, records: DataFrame, keys: list[str], at: str, inclusive: bool, alias: str, held: HeldFrames
 ) -> DataFrame:
     """For each query row, the latest `ts` among `records` with the same keys before the query's
     `at` (at or before it when `inclusive`), as column `alias` (null when there is none).
@@ -112,8 +131,8 @@ def last_record_before(
     """
     # Few rows with a long lineage (elections, losses): computed once, for the choice below and the
     # answer. A cache, not a local checkpoint: an executor lost meanwhile (dynamic allocation on a
-    # cluster) only costs a recomputation.
-    queries = queries.cache()
+    # cluster) only costs a recomputation. Held until the caller releases it.
+    queries = held.cache(queries)
     timed = queries.filter(F.col(at).isNotNull()).select(*keys, F.col(at).alias("_at")).distinct()
     shape = (
         timed.groupBy(*keys)
@@ -250,7 +269,7 @@ def controller_tenures(events: DataFrame) -> DataFrame:
     )
 
 
-def failover_incidents(events: DataFrame, tenures: DataFrame) -> DataFrame:
+def failover_incidents(events: DataFrame, tenures: DataFrame, held: HeldFrames) -> DataFrame:
     """Controller lost -> new controller elected -> every live broker applied the new epoch's
     UpdateMetadata, for every election that followed another in the same cluster.
 
@@ -368,6 +387,7 @@ def failover_incidents(events: DataFrame, tenures: DataFrame) -> DataFrame:
             at="lost_ts",
             inclusive=True,
             alias="last_alive_ts",
+            held=held,
         )
         .groupBy("cluster", "controller_epoch")
         .agg(F.max("last_alive_ts").alias("last_alive_ts"))
@@ -453,7 +473,7 @@ def leadership(events: DataFrame) -> DataFrame:
 JOINED_LOSSES = 100_000
 
 
-def first_loss_in_tenure(led: DataFrame, losses: DataFrame) -> DataFrame:
+def first_loss_in_tenure(led: DataFrame, losses: DataFrame, held: HeldFrames) -> DataFrame:
     """Each leadership (cluster, broker, from_pos, until_pos, ...) whose broker was lost while it
     led, with that first loss's pos, ts, cause and alive_ts.
 
@@ -470,7 +490,7 @@ def first_loss_in_tenure(led: DataFrame, losses: DataFrame) -> DataFrame:
     loss = F.struct("pos", "ts", "cause", "alive_ts")
     # One loss per broker and position (a record naming a broker twice): the least, as the sort's
     # min. Few rows with a long lineage (the last sign of life of each): computed once.
-    firsts = losses.groupBy("cluster", "broker", "pos").agg(F.min(loss).alias("_loss")).cache()
+    firsts = held.cache(losses.groupBy("cluster", "broker", "pos").agg(F.min(loss).alias("_loss")))
     shape = firsts.agg(F.count("*"), F.count_distinct("cluster", "broker"), F.min("pos.ts"), F.max("pos.ts")).first()
     if shape is None or not shape[0]:
         return _with_loss(led.limit(0), F.lit(None).cast(firsts.schema["_loss"].dataType))
@@ -540,7 +560,7 @@ def _sorted_first_loss_in_tenure(led: DataFrame, losses: DataFrame) -> DataFrame
     return found.select("_row.*", "_first.pos", "_first.ts", "_first.cause", "_first.alive_ts")
 
 
-def offline_intervals(events: DataFrame, leaders: DataFrame) -> DataFrame:
+def offline_intervals(events: DataFrame, leaders: DataFrame, held: HeldFrames) -> DataFrame:
     """From the moment a partition lost its leader to the moment the new leader's broker applied
     that role.
 
@@ -610,6 +630,7 @@ def offline_intervals(events: DataFrame, leaders: DataFrame) -> DataFrame:
             at="alive_before",
             inclusive=False,
             alias="alive_ts",
+            held=held,
         )
         .groupBy("cluster", "pos", "broker")
         .agg(F.max("alive_ts").alias("alive_ts"))
@@ -618,7 +639,7 @@ def offline_intervals(events: DataFrame, leaders: DataFrame) -> DataFrame:
     led = leaders.filter(F.col("leader") >= 0).select(
         *keys, F.col("leader").alias("broker"), "leader_epoch", "from_pos", "until_pos"
     )
-    broker_lost = first_loss_in_tenure(led, lost_brokers).select(
+    broker_lost = first_loss_in_tenure(led, lost_brokers, held).select(
         *keys, "pos", "ts", F.col("leader_epoch").alias("epoch"), "cause", "alive_ts"
     )
     role_changes = of_role(of_kind(events, "partition.role_changed"), "broker")

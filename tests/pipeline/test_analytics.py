@@ -240,7 +240,10 @@ def test_the_ingest_status_and_the_reason_read_later_agree(spark: Any, tmp_path:
 def test_generated_history_with_injected_violations(spark: Any, tmp_path: pathlib.Path) -> None:
     inject = {name: n for name, n in zip(schema.INVARIANTS, (2, 3, 4, 3), strict=True)}
     expected = synthetic.generate(tmp_path / "logs", 60_000, brokers=6, partitions=300, seed=7, inject=inject)
+    cached_before = set(spark.sparkContext._jsc.getPersistentRDDs().keys())
     outcome = run(spark, [tmp_path / "logs"], tmp_path / "out")
+    # Nothing the analysis cached for itself outlives it (a long-lived session runs many).
+    assert set(spark.sparkContext._jsc.getPersistentRDDs().keys()) == cached_before
     assert outcome.summary["events"] == expected.events
     assert outcome.summary["violations"] == expected.violations == inject
     availability = outcome.summary["availability"]

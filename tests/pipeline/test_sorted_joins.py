@@ -23,6 +23,11 @@ def _pos(ts: int, file: str, mid: int) -> tuple[int, str, int, int]:
     return (ts, file, 0, mid)
 
 
+def persisted(spark: Any) -> set[int]:
+    """Ids of the RDDs Spark keeps cached (a cached frame's data, once computed)."""
+    return set(spark.sparkContext._jsc.getPersistentRDDs().keys())
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("inclusive", [False, True])
 @pytest.mark.parametrize("search", ["joined", "joined-coarse", "sorted"])
@@ -46,8 +51,15 @@ def test_last_record_before_is_the_latest_earlier_record(
     record_frame = spark.createDataFrame(records, "cluster string, k string, ts bigint")
     query_frame = spark.createDataFrame(queries, "cluster string, k string, qid bigint, at bigint")
 
-    found = last_record_before(query_frame, record_frame, ["cluster", "k"], at="at", inclusive=inclusive, alias="last")
+    before = persisted(spark)
+    held = timelines.HeldFrames()
+    found = last_record_before(
+        query_frame, record_frame, ["cluster", "k"], at="at", inclusive=inclusive, alias="last", held=held
+    )
     got = {row["qid"]: row["last"] for row in found.collect()}
+    assert persisted(spark) > before  # the queries were computed once, into the cache
+    held.release()
+    assert persisted(spark) == before
 
     plain = (
         query_frame.join(record_frame, ["cluster", "k"], "left")
@@ -104,10 +116,15 @@ def test_first_loss_in_tenure_is_the_earliest_loss_while_leading(
         losses, f"cluster string, pos {POS}, ts bigint, broker bigint, cause string, alive_ts bigint"
     )
 
+    before = persisted(spark)
+    held = timelines.HeldFrames()
     got = {
         (r["partition"], r["leader_epoch"]): (tuple(r["pos"]), r["ts"], r["alive_ts"])
-        for r in first_loss_in_tenure(led_frame, loss_frame).collect()
+        for r in first_loss_in_tenure(led_frame, loss_frame, held).collect()
     }
+    assert persisted(spark) > before  # the losses were computed once, into the cache
+    held.release()
+    assert persisted(spark) == before
 
     plain = (
         led_frame.join(loss_frame, ["cluster", "broker"])
