@@ -81,6 +81,15 @@ def _parse_seconds(spark: Any, files: list[str], split: int | None) -> float:
         spark.conf.unset(SPLIT_CONF)
 
 
+def runtime(java_setup: str) -> dict[str, str]:
+    """PySpark's version and the Java runtime's path and version line (from check_runtime)."""
+    import pyspark
+
+    java, _, banner = java_setup.partition("\n")
+    version = banner.strip().splitlines()[0] if banner.strip() else ""
+    return {"pyspark": pyspark.__version__, "java": java, "java_version": version}
+
+
 def cold_run(logs: pathlib.Path, out: pathlib.Path, master: str) -> tuple[float, dict[str, Any]]:
     """The whole command in a new process: what an operator waits for."""
     started = time.monotonic()
@@ -126,7 +135,8 @@ def main() -> None:
     # The command records the Spark driver's class archive on its first run on a machine and
     # starts from it after (class_archive.py): the cold runs measure the usual start, not that one.
     cold_run(history(base, 20_000)[0], base / "out-archive", args.master)
-    archive = session.locate_class_archive(session.check_runtime())
+    java_setup = session.check_runtime()
+    archive = session.locate_class_archive(java_setup)
     for size in sizes:
         logs, _ = history(base, size)
         # Before this process starts its own JVM: two would share the 2 cores.
@@ -184,6 +194,8 @@ def main() -> None:
         "benchmark": "analytics",
         "master": args.master,
         "class_archive": archive is not None and archive.ready(),
+        # What ran the job: results from different Spark or Java versions compare only by ratio.
+        "runtime": runtime(java_setup),
         "machine": common.machine(),
         "results": results,
         "cold_seconds_per_million_smallest": round(per_million[0], 2),
