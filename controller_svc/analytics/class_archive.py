@@ -14,6 +14,12 @@ deleted and recorded again. The name carries everything the JVM checks the archi
 (Java build, PySpark version, JVM options), so an upgrade records a new archive rather than
 start from a mismatched one (which the JVM would refuse, falling back to loading the jars).
 
+A Java runtime that cannot record one (no base CDS archive to extend, as in a runtime made by
+jlink, or `-Xshare:off`) is found out before the first recording by a JVM that only prints its
+version (Java 17's driver JVM would not start with the recording option; later ones start and
+write nothing): the record then says so, and every run starts without an archive (delete the
+record to ask again).
+
 `KCONTROLLER_CLASS_ARCHIVE`: the directory for the archive (default
 `$XDG_CACHE_HOME/kcontroller`, else `~/.cache/kcontroller`), or `off`.
 """
@@ -25,6 +31,7 @@ import json
 import logging
 import os
 import pathlib
+import subprocess
 from dataclasses import dataclass
 
 log = logging.getLogger("analytics")
@@ -35,6 +42,10 @@ SUFFIX = ".jsa"
 # The dump reports each class it cannot archive (signed jars, old class file versions) as a
 # warning on the JVM's stdout: hundreds of lines in the middle of the command's output.
 QUIET = "-Xlog:cds=off,cds+dynamic=off"
+# The record of a set-up whose Java runtime cannot record an archive (check_can_record).
+UNSUPPORTED = "unsupported"
+UNSUPPORTED_REASON = "no base CDS archive to extend: a runtime made by jlink, or -Xshare:off"
+PROBE_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -56,8 +67,10 @@ class ClassArchive:
         """The archive is whole (its size is the one recorded when it was committed). A partial
         or mismatched one is deleted, so that this run records it again."""
         try:
-            expected = json.loads(self.sidecar.read_text(encoding="utf-8"))["size"]
-            if self.path.stat().st_size == expected:
+            record = json.loads(self.sidecar.read_text(encoding="utf-8"))
+            if isinstance(record, dict) and UNSUPPORTED in record:
+                return False
+            if self.path.stat().st_size == record["size"]:
                 return True
         except FileNotFoundError:
             return False
@@ -69,13 +82,67 @@ class ClassArchive:
             stale.unlink(missing_ok=True)
         return False
 
+    def unsupported(self) -> str | None:
+        """Why this Java runtime cannot record an archive, when check_can_record found so; None
+        otherwise."""
+        try:
+            record = json.loads(self.sidecar.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return str(record[UNSUPPORTED]) if isinstance(record, dict) and UNSUPPORTED in record else None
+
+    def recording_wanted(self) -> bool:
+        """This run's JVM records the archive (none is ready, and the runtime can record one)."""
+        return not self.ready() and self.unsupported() is None
+
     def java_options(self) -> str:
-        """The driver JVM's options: start from the archive when it is ready, else record one."""
+        """The driver JVM's options: start from the archive when it is ready, else record one
+        (nothing when this Java runtime cannot)."""
         if self.ready():
             log.info("Spark's driver starts from the class archive %s", self.path)
             return f"-XX:SharedArchiveFile={self.path} {QUIET}"
+        if self.unsupported() is not None:
+            log.info("no class archive: this Java runtime records none (%s: delete it to try again)", self.sidecar)
+            return ""
         log.info("Spark's driver records a class archive at exit, for faster starts next time: %s", self.path)
         return f"-XX:ArchiveClassesAtExit={self.recording} {QUIET}"
+
+    def check_can_record(self, java: str) -> bool:
+        """Before a recording: whether this Java runtime can record an archive at all. One without
+        a base CDS archive to extend cannot (a runtime made by jlink, or `-Xshare:off` in
+        JAVA_TOOL_OPTIONS): Java 17's JVM then refuses to start, so Spark would not start either,
+        and later ones start but write nothing. A JVM asked to record one while it prints its
+        version answers in about 0.2 s. A no is kept in the record, so it is asked once."""
+        # Named per process (two runs may ask at once), and like a recording, so that one left by a
+        # process killed meanwhile is removed with the abandoned recordings.
+        probe = self.path.with_name(f".{self.path.name}.probe.{os.getpid()}.tmp")
+        try:
+            subprocess.run(
+                [java, f"-XX:ArchiveClassesAtExit={probe}", QUIET, "-version"],
+                capture_output=True,
+                timeout=PROBE_TIMEOUT_S,
+                check=False,
+            )
+            recorded = probe.exists() and probe.stat().st_size > 0
+        except (OSError, subprocess.TimeoutExpired) as e:
+            log.info("class archive: could not ask %s whether it records one (%s)", java, e)
+            return False  # not recorded as a no: the next run asks again
+        finally:
+            probe.unlink(missing_ok=True)
+        if not recorded:
+            self._write_record({UNSUPPORTED: UNSUPPORTED_REASON})
+            log.warning(
+                "class archive: %s cannot record one (%s); Spark's driver starts without one (delete %s to ask again)",
+                java,
+                UNSUPPORTED_REASON,
+                self.sidecar,
+            )
+        return recorded
+
+    def _write_record(self, record: dict[str, object]) -> None:
+        pending = self.sidecar.with_name(f".{self.sidecar.name}.{os.getpid()}.tmp")
+        pending.write_text(json.dumps(record), encoding="utf-8")
+        os.replace(pending, self.sidecar)
 
     def commit(self, jvm_exit_code: int | None) -> bool:
         """After the JVM exited: puts this process's recording in place when the JVM exited
@@ -89,9 +156,7 @@ class ClassArchive:
             return False
         size = recording.stat().st_size
         # The sidecar first: an archive is never in place without the size it must have.
-        pending = self.sidecar.with_name(f".{self.sidecar.name}.{os.getpid()}.tmp")
-        pending.write_text(json.dumps({"size": size}), encoding="utf-8")
-        os.replace(pending, self.sidecar)
+        self._write_record({"size": size})
         os.replace(recording, self.path)
         for other in self.path.parent.glob(f"{PREFIX}*{SUFFIX}"):
             if other != self.path:

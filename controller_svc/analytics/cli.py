@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         # After the results are out: a JVM that records its class archive takes a while to exit.
         sys.stdout.flush()
-        if archive is not None and not archive.ready():
+        if archive is not None and archive.recording_wanted():
             print(
                 f"analyze: saving Spark's classes to {archive.path} for faster starts (once; "
                 f"{class_archive.ENV}=off to skip)",

@@ -103,7 +103,10 @@ def locate_class_archive(java_setup: str) -> class_archive.ClassArchive | None:
     import pyspark
 
     setup = "\n".join([java_setup, pyspark.__version__, os.path.realpath(pyspark.__file__), driver_java_options()])
-    return class_archive.locate(setup)
+    archive = class_archive.locate(setup)
+    if archive is not None and archive.recording_wanted():
+        archive.check_can_record(java_setup.partition("\n")[0])
+    return archive
 
 
 def build(
@@ -156,7 +159,7 @@ def stop(spark: SparkSession, archive: class_archive.ClassArchive | None = None)
     """Stops the session. When its JVM was started to record a class archive, also ends that
     JVM (it writes the archive as it exits), waits for it and puts the archive in place."""
     spark.stop()
-    if archive is None or archive.ready():
+    if archive is None or not archive.recording_wanted():
         return
     from pyspark import SparkContext
 

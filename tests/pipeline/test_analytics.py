@@ -317,6 +317,23 @@ def test_cli_exit_codes_and_the_class_archive(tmp_path: pathlib.Path) -> None:
     jvm_says = cds_log.read_text()
     assert "Mapped dynamic region" in jvm_says and "Unable to use shared archive" not in jvm_says, jvm_says[-3000:]
 
+    # A Java runtime that cannot record an archive (no base CDS archive loaded, as in a runtime
+    # made by jlink; Java 17's JVM asked to record one then refuses to start): Spark starts
+    # without one, and no recording is announced, on the first run as on the next.
+    no_base = tmp_path / "no-base-archive"
+    for _ in range(2):
+        result = cli(
+            str(tmp_path / "nowhere"),
+            "--out",
+            str(tmp_path / "out4"),
+            env={class_archive.ENV: str(no_base), "JAVA_TOOL_OPTIONS": "-Xshare:off"},
+        )
+        assert result.returncode == 2 and "no such file or directory" in result.stderr, result.stderr[-3000:]
+        assert "saving Spark's classes" not in result.stderr
+        (record,) = no_base.glob(f"{class_archive.PREFIX}*{class_archive.SUFFIX}.json")
+        assert json.loads(record.read_text()) == {class_archive.UNSUPPORTED: class_archive.UNSUPPORTED_REASON}
+        assert [p.name for p in no_base.iterdir()] == [record.name]
+
     result = cli(str(tmp_path / "broken"), "--out", str(tmp_path / "out3"), "--conf", "not-a-pair")
     assert result.returncode == 2
     assert "expected KEY=VALUE" in result.stderr

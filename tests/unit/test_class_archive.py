@@ -78,6 +78,52 @@ def test_a_recording_of_a_jvm_that_failed_is_discarded(tmp_path: pathlib.Path) -
     assert not archive.ready()
 
 
+def fake_java(tmp_path: pathlib.Path, writes: bool, exit_code: int = 0) -> str:
+    """A `java` that, asked to record an archive while printing its version, writes one or not
+    (a runtime without a base CDS archive: Java 17 refuses to start, exit 1; later ones exit 0)."""
+    script = tmp_path / f"java-{writes}-{exit_code}"
+    write = 'printf x > "${a#-XX:ArchiveClassesAtExit=}"' if writes else ":"
+    script.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do case "$a" in -XX:ArchiveClassesAtExit=*) '
+        f"{write};; esac; done\n"
+        f"exit {exit_code}\n"
+    )
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_runtime_that_can_record_is_asked_to(tmp_path: pathlib.Path) -> None:
+    archive = archive_in(tmp_path)
+    assert archive.check_can_record(fake_java(tmp_path, writes=True))
+    assert archive.unsupported() is None and archive.recording_wanted()
+    assert "ArchiveClassesAtExit" in archive.java_options()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # the probe's file is gone
+
+
+@pytest.mark.parametrize("exit_code", [0, 1])
+def test_a_runtime_that_cannot_record_is_asked_once(tmp_path: pathlib.Path, exit_code: int) -> None:
+    archive = archive_in(tmp_path)
+    assert not archive.check_can_record(fake_java(tmp_path, writes=False, exit_code=exit_code))
+    assert archive.unsupported() == class_archive.UNSUPPORTED_REASON
+    assert not archive.ready() and not archive.recording_wanted()
+    assert archive.java_options() == ""
+    assert archive.sidecar.exists()  # ready() keeps the record: it is not a damaged one
+    assert not archive.commit(0)
+    # The same set-up located again (the next run) reads the record.
+    again = archive_in(tmp_path)
+    assert again.unsupported() is not None and again.java_options() == ""
+    # Deleting the record asks again.
+    archive.sidecar.unlink()
+    assert archive.recording_wanted() and "ArchiveClassesAtExit" in archive.java_options()
+
+
+def test_a_java_that_cannot_be_run_is_not_taken_for_a_no(tmp_path: pathlib.Path) -> None:
+    archive = archive_in(tmp_path)
+    assert not archive.check_can_record(str(tmp_path / "no-such-java"))
+    assert archive.unsupported() is None and not archive.sidecar.exists()
+
+
 def test_a_truncated_archive_is_never_used(tmp_path: pathlib.Path) -> None:
     """The JVM maps the file: a truncated archive would kill it with SIGBUS."""
     archive = archive_in(tmp_path)
