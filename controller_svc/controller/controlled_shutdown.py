@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
 
@@ -97,8 +98,15 @@ async def _not_yet_offline(
 
 
 async def controlled_shutdown(
-    ctx: ControllerContext, partitions: PartitionManager, state_log: StateChangeLog, broker_id: int, broker_epoch: int
+    ctx: ControllerContext,
+    partitions: PartitionManager,
+    state_log: StateChangeLog,
+    broker_id: int,
+    broker_epoch: int,
+    answer: Callable[[ShutdownOutcome], None] = lambda outcome: None,
 ) -> ShutdownOutcome:
+    """Move what `broker_id` leads and stop what it follows; `answer` is called with the
+    outcome as soon as it is known (see below), and the outcome is returned too."""
     current_epoch = ctx.broker_epoch(broker_id)
     if broker_id not in ctx.live_brokers:
         return ShutdownOutcome(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not registered")
@@ -121,11 +129,24 @@ async def controlled_shutdown(
         await partitions.rsm.handle_state_changes(
             await _not_yet_offline(partitions, broker_id, followed), ReplicaState.OFFLINE
         )
-    remaining = tuple(await replicated_partitions_led_by(ctx, broker_id))
+        # The states are written and the context holds them: what the broker still leads is
+        # known now, before the batch's requests are built and queued.
+        remaining = tuple(await replicated_partitions_led_by(ctx, broker_id))
+        outcome = ShutdownOutcome(ErrorCode.NONE, "", remaining)
+        # Answered before the batch is built, with a loop turn for the RPC to write it: the
+        # broker acts on its answer (deregisters and exits) while this controller encodes the
+        # requests and its senders put them on the wire. They still go out in this event,
+        # before any other is handled; only the order of two concurrent sends changes, as in
+        # Kafka, whose RequestSendThreads and the response's network send run concurrently
+        # (KafkaController.doControlledShutdown answers through its callback once the state
+        # changes are queued). Building the batch first left the broker waiting for the
+        # encoding of 10k partitions' UpdateMetadata and LeaderAndIsr, and for the senders.
+        answer(outcome)
+        await asyncio.sleep(0)
     log.info(
         "controlled shutdown of broker %d: %d partitions moved, %d still led",
         broker_id,
         len(leading) - len(remaining),
         len(remaining),
     )
-    return ShutdownOutcome(ErrorCode.NONE, "", remaining)
+    return outcome

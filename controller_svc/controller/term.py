@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -434,9 +435,14 @@ class TermOfOffice:
                 await self.in_operation(m.balancer.auto_rebalance())
             case ev.ControlledShutdown():
                 outcome: ShutdownOutcome = await controlled_shutdown(
-                    self.ctx, m.partitions, self.state_log, event.broker_id, event.broker_epoch
+                    self.ctx,
+                    m.partitions,
+                    self.state_log,
+                    event.broker_id,
+                    event.broker_epoch,
+                    answer=functools.partial(_answer, event),
                 )
-                _answer(event, outcome)
+                _answer(event, outcome)  # the refusals (a success was answered already)
                 # The gauges after the answer, once its handler has had the loop: the broker acts
                 # on it meanwhile (recounting the written topics first kept it waiting).
                 for _ in range(3):
