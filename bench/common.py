@@ -209,8 +209,9 @@ def log_timeline_ms(logs: str, since_ts_ms: float, broker_id: int) -> dict[str, 
     """Milliseconds after `since_ts_ms` at which each step around broker `broker_id`'s departure
     was logged: the controller hearing of it (a controlled shutdown request or the broker
     change), its first and last leader elected, the first and last request it sent, the last
-    request to another broker completed, and, for a controlled shutdown, the broker told it
-    succeeded and deregistering. Where the time goes, read from the logs alone."""
+    request to another broker completed, every other broker's first LeaderAndIsr completed (the
+    new leaders applied), and, for a controlled shutdown, the broker told it succeeded and
+    deregistering. Where the time goes, read from the logs alone."""
     kinds = [
         "broker.controlled_shutdown",
         "broker.change",
@@ -236,6 +237,14 @@ def log_timeline_ms(logs: str, since_ts_ms: float, broker_id: int) -> dict[str, 
     mark("last_request_sent", sent, last=True)
     completed = [r for r in after if r["kind"] == "request.completed" and r["broker"] != broker_id]
     mark("last_request_to_others_completed", completed, last=True)
+    # Every other broker's first LeaderAndIsr answered after the departure: the one carrying
+    # the moved leaderships (later ones belong to what follows, the deregistration's broker
+    # change). When the last of them landed, every new leader had applied its leadership.
+    first_leader_and_isr: dict[int, dict[str, Any]] = {}
+    for r in completed:
+        if r["api"] == "LeaderAndIsr":
+            first_leader_and_isr.setdefault(r["broker"], r)
+    mark("new_leaders_applied", sorted(first_leader_and_isr.values(), key=lambda r: r["ts"]), last=True)
     mark("broker_told_success", [r for r in after if r["kind"] == "broker.controlled_shutdown_succeeded"])
     mark("broker_deregistered", [r for r in after if r["kind"] == "broker.shutdown"])
     return marks
