@@ -52,7 +52,10 @@ def test_a_short_campaign_converges_with_nothing_lost_and_no_violation(tmp_path:
         assert result.returncode == 0 and summary["passed"], json.dumps(summary, indent=2)[-6000:]
         assert summary["converged"] and summary["convergence_s"] is not None
         assert summary["violations"] == {name: 0 for name in summary["violations"]}
-        assert summary["events"] > 0 and summary["topics_expected"] >= 3
+        # The campaign deletes topics down to two, never fewer (`delete_topic`, `_zk_delete`);
+        # how many admin operations fit in its 45 s depends on the machine's speed, so more
+        # than two is not certain (a slow run's one deletion left exactly two).
+        assert summary["events"] > 0 and summary["topics_expected"] >= 2
         # Every fault was timed to the cluster's next serviceable moment (at the latest, the
         # final convergence).
         assert summary["faults_unrecovered"] == 0
