@@ -125,6 +125,36 @@ def under_replicated_led(state: BrokerState) -> set[TopicPartition]:
     return state.under_replicated_led()
 
 
+def waits_for_a_follower(state: BrokerState, tp: TopicPartition) -> bool:
+    """Pure: whether the ISR maintenance has anything to watch in `tp`: we lead it, it is not
+    on a failed log dir, and some replica out of its ISR is live and not marked lagging (the
+    conditions under which `caught_up_followers` starts or continues a follower's wait)."""
+    role = state.roles.get(tp)
+    if role is None or role.role != "leader" or state.is_on_offline_dir(tp):
+        return False
+    me, live, lagging = state.broker_id, state.live_brokers, state.lagging
+    return any(r != me and r not in role.isr and r in live and (tp, r) not in lagging for r in role.replicas)
+
+
+def expansion_candidates(state: BrokerState) -> set[TopicPartition]:
+    """Pure: the partitions `waits_for_a_follower`, from the role table's index of led
+    partitions by the replica missing from their ISR, taking only live followers' (the
+    maintenance round used to look at every under-replicated partition, five times a second:
+    with a broker dead, all those it followed, for as long as it stayed dead)."""
+    candidates: set[TopicPartition] = set()
+    for replica in state.live_brokers:
+        if replica == state.broker_id:
+            continue
+        missing = state.led_missing(replica)
+        if not missing:
+            continue
+        if state.lagging or state.offline_log_dirs:
+            candidates.update(tp for tp in missing if waits_for_a_follower(state, tp))
+        else:
+            candidates.update(missing)
+    return candidates
+
+
 def caught_up_followers(
     state: BrokerState,
     first_seen: dict[tuple[TopicPartition, int], float],

@@ -284,13 +284,17 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
             return 0
         async with self._lock:
             if self.state.generation != self._scanned_generation:
-                self._candidates = isr.under_replicated_led(self.state)
+                self._candidates = isr.expansion_candidates(self.state)
                 self._scanned_generation = self.state.generation
             if not self._candidates:
                 return 0
             due = isr.caught_up_followers(
                 # The loop's clock (virtual in the simulation tier), not the wall's.
-                self.state, self._first_seen, asyncio.get_running_loop().time(), self.catchup_delay_s, self._candidates
+                self.state,
+                self._first_seen,
+                asyncio.get_running_loop().time(),
+                self.catchup_delay_s,
+                self._candidates,
             )
             if due:
                 registered = {int(b) for b in await self.zk.get_children(paths.BROKER_IDS) if b.isdigit()}
@@ -298,7 +302,10 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
             if not due:
                 return 0
             results = await isr.update_isrs(self.zk, self.state, due)
-            self._candidates.difference_update(tp for tp, r in results.items() if r.error == ErrorCode.NONE)
+            # A partition whose ISR took one returning follower while another still waits (it
+            # came back later) stays: no control request may come to make a round look again.
+            grown = [tp for tp, r in results.items() if r.error == ErrorCode.NONE]
+            self._candidates.difference_update(tp for tp in grown if not isr.waits_for_a_follower(self.state, tp))
             for tp, result in results.items():
                 if result.error == ErrorCode.NONE:
                     self.state_log.record(
