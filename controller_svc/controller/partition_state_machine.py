@@ -134,6 +134,9 @@ class PartitionStateMachine:
         # Offline partitions counted per topic as they are written (the gauge's count).
         self.states: CountedStates[PartitionState] = CountedStates(PartitionState.OFFLINE)
         self.unclean_elections = 0
+        # When a caller sets it (a dict), every state an election writes is also put here: a
+        # broker failure's ISR clean-up then knows which states it need not read back.
+        self.written_log: dict[TopicPartition, LeaderIsrAndControllerEpoch] | None = None
 
     def __repr__(self) -> str:
         counts: dict[str, int] = {}
@@ -532,6 +535,8 @@ class PartitionStateMachine:
         }
         # Written a slice at a time: each dict marks a topic once, not once per partition.
         ctx.set_partition_states(written)
+        if self.written_log is not None:
+            self.written_log.update(written)
         self.states.set_many(written, PartitionState.ONLINE)
         self.batch.add_leader_and_isr_to_replicas(written, ctx.live_or_shutting_down_broker_ids)
         for tp in decided.unclean.intersection(written):
