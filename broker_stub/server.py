@@ -121,13 +121,23 @@ class BrokerControlService(broker_pb2_grpc.BrokerControlServicer):
         metrics.PARTITION_COUNT.set(hosted)
         metrics.LEADER_COUNT.set(led)
 
-    async def run_metadata_digests(self, interval_s: float = 1.0) -> None:
+    async def run_metadata_digests(self, interval_s: float = 1.0, quiet_intervals_at_most: int = 5) -> None:
         """Keep the metadata digests a new controller asks for at failover made ahead, in
         slices between requests: computed only when asked, the first failover after 1M
         partitions were created made every broker hash its whole cache at once, on the same
-        cores as the new controller's start-up."""
+        cores as the new controller's start-up. Made once an interval has passed with no
+        control request applied (up to `quiet_intervals_at_most` intervals): a burst of them
+        (a broker failure's) is applied first, and what it changed hashed after, when the
+        controller and the other brokers no longer need the cores. A digest asked for before
+        is made then (`BrokerState.metadata_digests`)."""
         while True:
+            seen = self.state.generation
             await asyncio.sleep(interval_s)
+            for _ in range(quiet_intervals_at_most - 1):
+                if self.state.generation == seen:
+                    break
+                seen = self.state.generation
+                await asyncio.sleep(interval_s)
             more = True
             while more:
                 more = self.state.refresh_metadata_digests(DIGEST_SLICE)

@@ -123,14 +123,18 @@ class MetadataCache(ObservedDict[TopicPartition, common_pb2.PartitionState]):
     """The broker's metadata cache (Kafka's MetadataCache: the partition states of the last
     UpdateMetadata), keeping each state also as the field UpdateMetadata carries it, per topic,
     so that the digests a failover asks for (common/metadata_digest.py) cost a hash of the
-    topics changed since the last question, not a serialization of the whole cache. The cached
-    messages are never changed in place (a new UpdateMetadata replaces them)."""
+    topics changed since the last question, not a serialization of the whole cache. A state
+    written is serialized when its topic's digest is next made, not as it is applied: that was
+    half of a broker's work applying a broker failure's UpdateMetadata, on cores the new
+    leaders needed. The cached messages are never changed in place (a new UpdateMetadata
+    replaces them)."""
 
     __slots__ = ("_digests", "_fields", "_stale")
 
     def __init__(self, entries: dict[TopicPartition, common_pb2.PartitionState] | None = None) -> None:
         super().__init__()
-        self._fields: dict[str, dict[int, bytes]] = {}  # topic -> partition -> field
+        # topic -> partition -> field, None until the topic's next digest serializes it
+        self._fields: dict[str, dict[int, bytes | None]] = {}
         self._digests: dict[str, bytes] = {}  # topics unchanged since their digest was made
         self._stale: set[str] = set()  # topics written since their digest was made
         for tp, state in (entries or {}).items():
@@ -146,7 +150,7 @@ class MetadataCache(ObservedDict[TopicPartition, common_pb2.PartitionState]):
         fields = self._fields.get(topic)
         if fields is None:
             fields = self._fields[topic] = {}
-        fields[tp[1]] = as_field(state.SerializeToString())
+        fields[tp[1]] = None
         self._digests.pop(topic, None)
         self._stale.add(topic)
 
@@ -173,12 +177,21 @@ class MetadataCache(ObservedDict[TopicPartition, common_pb2.PartitionState]):
         """Make the digests of topics written since theirs was made: all of them, or topics
         until about `max_partitions` partitions were hashed (a background slice)."""
         done = 0
+        get = dict.__getitem__
+        new = tuple.__new__
         while self._stale and (max_partitions is None or done < max_partitions):
             topic = self._stale.pop()
             fields = self._fields.get(topic)
-            if fields is not None:
-                self._digests[topic] = topic_digest([fields[p] for p in sorted(fields)])
-                done += len(fields)
+            if fields is None:
+                continue
+            ordered: list[bytes] = []
+            for p in sorted(fields):
+                field_ = fields[p]
+                if field_ is None:
+                    field_ = fields[p] = as_field(get(self, new(TopicPartition, (topic, p))).SerializeToString())
+                ordered.append(field_)
+            self._digests[topic] = topic_digest(ordered)
+            done += len(fields)
 
     def digests(self) -> dict[str, bytes]:
         """Topic -> the digest of its cached partition states, for every topic cached."""
