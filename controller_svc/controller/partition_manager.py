@@ -33,6 +33,7 @@ from controller_svc.core.request_batch import (
 log = logging.getLogger(__name__)
 
 
+
 @dataclass(frozen=True, slots=True)
 class FailoverSends:
     """What the failover's start-up sent and left out because brokers held it already."""
@@ -94,21 +95,6 @@ class PartitionManager:
             await asyncio.sleep(0)
         if refresh_metrics:
             await self.refresh_gauges()
-
-    async def send_early(self) -> None:
-        """Mid-operation: send the requests the batch holds and go on with a new batch, so that
-        brokers apply them while the operation writes the rest (a broker failure's ISR
-        clean-up, a chunk at a time). Every request in the batch stands for a committed write,
-        as at the end of an operation. Not while it holds a StopReplica: Kafka sends those
-        after all of the batch's ISR removals are written (a live replica stopped before its
-        removal is committed would sit in an ISR without fetching); a dead broker gets none."""
-        if self.batch.stop_replica or not self.batch.is_pending:
-            return
-        built = await self._build()
-        self.batch.send(self.sink, built)
-        self.batch.new_batch()
-        for _ in range(3):  # the senders put them on the wire
-            await asyncio.sleep(0)
 
     async def refresh_gauges(self) -> None:
         """The gauges after an operation. The imbalance gauge recounts every written topic: all
@@ -299,7 +285,6 @@ class PartitionManager:
                 await keep_in_slices(list(offline), lambda r: r[0][0] not in deleting),
                 ReplicaState.OFFLINE,
                 written_this_event=elected,
-                send_early=self.send_early,
             )
             if not with_offline_leader:
                 batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, [])

@@ -13,7 +13,7 @@ import enum
 import itertools
 import logging
 import operator
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,9 +46,6 @@ VALIDATE_SLICE = 20_000
 # and the writes each outstanding at most.
 ISR_REMOVAL_CHUNK = 1000
 ISR_REMOVAL_IN_FLIGHT = 8
-# Called by OfflineReplica once a chunk of ISR removals has its requests in the batch: the
-# batch's owner may send them at once (PartitionManager.send_early).
-SendEarly = Callable[[], Awaitable[None]]
 _LEADER_EPOCH = operator.attrgetter("leader_epoch")
 _NOT_ONLINE: TopicReplicaKeys | None = TopicReplicaKeys({}, (), frozenset())  # sentinel
 
@@ -314,12 +311,9 @@ class ReplicaStateMachine:
         replicas: Iterable[PartitionAndReplica],
         target: ReplicaState,
         written_this_event: Mapping[TopicPartition, LeaderIsrAndControllerEpoch] | None = None,
-        send_early: SendEarly | None = None,
     ) -> ReplicaChangeResult:
         """`written_this_event`: states this controller wrote earlier in the same event (a broker
-        failure's elections), which OfflineReplica need not read back (`_slice_to_offline`).
-        `send_early`: OfflineReplica calls it as each chunk of ISR removals has its requests in
-        the batch; the batch's owner may send them at once (`PartitionManager.send_early`)."""
+        failure's elections), which OfflineReplica need not read back (`_slice_to_offline`)."""
         self._forget_start_up()
         result = ReplicaChangeResult()
         valid: list[PartitionAndReplica] = []
@@ -347,7 +341,7 @@ class ReplicaStateMachine:
         elif target is ReplicaState.ONLINE:
             self._to_online(valid)
         elif target is ReplicaState.OFFLINE:
-            await self._to_offline(valid, written_this_event or {}, send_early)
+            await self._to_offline(valid, written_this_event or {})
         elif target is ReplicaState.DELETION_STARTED:
             for replica in valid:
                 self.batch.add_stop_replica([replica.replica], replica.tp, delete=True)
@@ -414,7 +408,6 @@ class ReplicaStateMachine:
         self,
         replicas: list[PartitionAndReplica],
         written_this_event: Mapping[TopicPartition, LeaderIsrAndControllerEpoch],
-        send_early: SendEarly | None,
     ) -> None:
         by_broker: dict[int, list[TopicPartition]] = {}
         for replica in replicas:
@@ -426,7 +419,7 @@ class ReplicaStateMachine:
                 if start:
                     await asyncio.sleep(0)
                 error = await self._slice_to_offline(
-                    broker_id, partitions[start : start + OFFLINE_SLICE], written_this_event, send_early
+                    broker_id, partitions[start : start + OFFLINE_SLICE], written_this_event
                 )
                 if error is not None:
                     # As if written in one pass: every replica is Offline in the state machine
@@ -442,7 +435,6 @@ class ReplicaStateMachine:
         broker_id: int,
         partitions: list[TopicPartition],
         written_this_event: Mapping[TopicPartition, LeaderIsrAndControllerEpoch],
-        send_early: SendEarly | None,
     ) -> ControllerError | None:
         ctx = self.ctx
         for tp in partitions:
@@ -459,11 +451,20 @@ class ReplicaStateMachine:
             tp
             for tp in partitions
             if (state := cached.get(tp)) is not None
-            and not (written_this_event.get(tp) is state and broker_id not in state.isr and state.leader != broker_id)
+            and not (
+                written_this_event.get(tp) is state and broker_id not in state.isr and state.leader != broker_id
+            )
         ]
         without_state = [tp for tp in partitions if tp not in cached]
-        # The LeaderAndIsr of each state written are queued as it is written.
-        _updated, error = await self.remove_replica_from_isr(broker_id, with_state, send_early)
+        without_state = [tp for tp in partitions if tp not in ctx.partition_states]
+        updated, error = await self.remove_replica_from_isr(broker_id, with_state)
+        deleting = ctx.topics_to_be_deleted
+        # LeaderAndIsr to the partition's other replicas (the dead or stopped one gets none);
+        # requests to brokers that are not live are never built.
+        self.batch.add_leader_and_isr_to_replicas(
+            {tp: state for tp, state in updated.items() if tp[0] not in deleting},
+            ctx.live_or_shutting_down_broker_ids - {broker_id},
+        )
         if without_state:
             self.batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, without_state)
         new, offline, states = tuple.__new__, ReplicaState.OFFLINE, self.states
@@ -472,22 +473,20 @@ class ReplicaStateMachine:
         return error  # raised by the caller, after the committed writes' requests are in the batch
 
     async def remove_replica_from_isr(
-        self, broker_id: int, partitions: list[TopicPartition], send_early: SendEarly | None = None
+        self, broker_id: int, partitions: list[TopicPartition]
     ) -> tuple[dict[TopicPartition, LeaderIsrAndControllerEpoch], ControllerError | None]:
         """Write the partitions' states without `broker_id` in the ISR (ReplicaStateMachine.
         removeReplicasFromIsr): leader -1 if it led, a one-member ISR kept, leader epoch + 1.
-        Each state written has its LeaderAndIsr queued at once (`_queue_isr_removals`).
         Returns the states written and, if ZooKeeper failed part-way, the error to raise once
         the caller has queued the requests of what was written."""
         updated: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
-        remaining, error = await self._remove_from_isr_pipelined(broker_id, partitions, updated, send_early)
+        remaining, error = await self._remove_from_isr_pipelined(broker_id, partitions, updated)
         if error is not None:
             return updated, error
         for _attempt in range(MAX_WRITE_ATTEMPTS - 1):
             if not remaining:
                 break
             fresh = await self.store.read(remaining)
-            ours: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
             for tp, fresh_state in fresh.items():
                 if fresh_state is None:
                     self.ctx.partition_states.pop(tp, None)
@@ -496,14 +495,12 @@ class ReplicaStateMachine:
                 if broker_id not in fresh_state.isr and fresh_state.controller_epoch == self.ctx.epoch:
                     # Our own write, applied with its reply lost (the retry met its version):
                     # nothing else announces it, so its requests go out as if just written.
-                    ours[tp] = fresh_state
-            updated.update(ours)
-            self._queue_isr_removals(broker_id, ours)
+                    updated[tp] = fresh_state
             proposals = self._isr_removals(broker_id, remaining)
             if not proposals:
                 break
             outcome = await self.store.update(proposals)
-            self._queue_isr_removals(broker_id, self._apply_isr_removals(proposals, outcome, updated))
+            self._apply_isr_removals(proposals, outcome, updated)
             if outcome.error is not None:
                 return updated, outcome.error
             remaining = sorted_partitions(outcome.conflicts)
@@ -514,7 +511,6 @@ class ReplicaStateMachine:
         broker_id: int,
         partitions: list[TopicPartition],
         updated: dict[TopicPartition, LeaderIsrAndControllerEpoch],
-        send_early: SendEarly | None = None,
     ) -> tuple[list[TopicPartition], ControllerError | None]:
         """The first attempt, a multi's worth of partitions at a time: chunks are read up to
         ISR_REMOVAL_IN_FLIGHT ahead, each chunk's write sent as soon as its read is in and its
@@ -524,8 +520,6 @@ class ReplicaStateMachine:
         Kafka's doRemoveReplicasFromIsr reads the states from ZooKeeper first: the cache can
         miss an ISR a broker just grew (its notification not processed yet), and a replica
         missing from a stale ISR would stay in the real one (the simulation found that).
-        A write that has landed is acted on before the next read (its requests queued and,
-        through `send_early`, possibly sent: brokers apply them while the rest is written).
         Returns the partitions whose znode moved under us, and ZooKeeper's failure if any."""
         ctx = self.ctx
         chunks = iter(range(0, len(partitions), ISR_REMOVAL_CHUNK))
@@ -543,41 +537,10 @@ class ReplicaStateMachine:
                 chunk = partitions[start : start + ISR_REMOVAL_CHUNK]
                 reads.append((chunk, asyncio.ensure_future(self.store.read(chunk))))
 
-        async def act_on_oldest_write() -> None:
-            nonlocal error
-            proposals, write = writes.popleft()
-            try:
-                outcome = await write
-            except ControllerMovedError:
-                raise
-            except Exception:
-                # What the other writes committed is acted on before this is raised, so
-                # their requests go out with the batch (a committed write is never dropped).
-                while writes:
-                    later_proposals, later = writes.popleft()
-                    try:
-                        self._queue_isr_removals(
-                            broker_id, self._apply_isr_removals(later_proposals, await later, updated)
-                        )
-                    except Exception:
-                        continue
-                raise
-            written = self._apply_isr_removals(proposals, outcome, updated)
-            self._queue_isr_removals(broker_id, written)
-            conflicts.extend(outcome.conflicts)
-            if outcome.error is not None and error is None:
-                # ZooKeeper stopped answering: no more is sent, what is out is acted on.
-                error = outcome.error
-            if written and send_early is not None:
-                await send_early()
-
         try:
             for _ in range(ISR_REMOVAL_IN_FLIGHT):
                 read_next()
             while writes or (reads and error is None):
-                if writes and writes[0][1].done():
-                    await act_on_oldest_write()
-                    continue
                 if reads and error is None and len(writes) < ISR_REMOVAL_IN_FLIGHT:
                     chunk, read = reads.popleft()
                     fresh = await read
@@ -587,7 +550,26 @@ class ReplicaStateMachine:
                     if proposals:
                         writes.append((proposals, asyncio.ensure_future(self.store.update(proposals))))
                     continue
-                await act_on_oldest_write()
+                proposals, write = writes.popleft()
+                try:
+                    outcome = await write
+                except ControllerMovedError:
+                    raise
+                except Exception:
+                    # What the other writes committed is acted on before this is raised, so
+                    # their requests go out with the batch (a committed write is never dropped).
+                    while writes:
+                        later_proposals, later = writes.popleft()
+                        try:
+                            self._apply_isr_removals(later_proposals, await later, updated)
+                        except Exception:
+                            continue
+                    raise
+                self._apply_isr_removals(proposals, outcome, updated)
+                conflicts.extend(outcome.conflicts)
+                if outcome.error is not None and error is None:
+                    # ZooKeeper stopped answering: no more is sent, what is out is acted on.
+                    error = outcome.error
         except BaseException:
             # A moved controller, a cancelled operation, a failed read: nothing is left running.
             futures: list[asyncio.Future[Any]] = [*(r for _, r in reads), *(w for _, w in writes)]
@@ -629,8 +611,7 @@ class ReplicaStateMachine:
         proposals: dict[TopicPartition, LeaderIsrAndControllerEpoch],
         outcome: WriteOutcome,
         updated: dict[TopicPartition, LeaderIsrAndControllerEpoch],
-    ) -> dict[TopicPartition, LeaderIsrAndControllerEpoch]:
-        """The states `outcome` wrote, into the context and `updated`; returned."""
+    ) -> None:
         ctx = self.ctx
         new = tuple.__new__
         written = {
@@ -653,16 +634,3 @@ class ReplicaStateMachine:
                     prev_leader=previous.leader,
                     controller_epoch=ctx.epoch,
                 )
-        return written
-
-    def _queue_isr_removals(self, broker_id: int, written: dict[TopicPartition, LeaderIsrAndControllerEpoch]) -> None:
-        """LeaderAndIsr of states written without `broker_id` to the partitions' other replicas
-        (the dead or stopped one gets none; requests to brokers that are not live are never
-        built), and with them their UpdateMetadata."""
-        if not written:
-            return
-        deleting = self.ctx.topics_to_be_deleted
-        self.batch.add_leader_and_isr_to_replicas(
-            {tp: state for tp, state in written.items() if tp[0] not in deleting} if deleting else written,
-            self.ctx.live_or_shutting_down_broker_ids - {broker_id},
-        )

@@ -2,20 +2,17 @@
 did not write itself in the same event: the partitions the failed broker led were just written
 by their election (without it); those it followed, and those whose election failed, are read
 as Kafka's removeReplicasFromIsr reads them. Either way, the same requests go out and
-ZooKeeper ends in the same states. The requests of each chunk written go out as it is written,
-except where a StopReplica must follow them all."""
+ZooKeeper ends in the same states."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from controller_svc.common.model import LeaderIsrAndControllerEpoch, PartitionAndReplica, TopicPartition
-from controller_svc.controller import replica_state_machine
+from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition
 from controller_svc.controller.partition_manager import PartitionManager
 from controller_svc.controller.replica_state_machine import ReplicaStateMachine
 from controller_svc.core.context import ControllerContext
@@ -118,95 +115,3 @@ async def test_a_state_changed_since_the_election_is_read(monkeypatch: pytest.Mo
     await manager.on_broker_failure({DEAD})
     assert led[0] in store.read_partitions
     assert not set(led[1:]) & set(store.read_partitions)
-
-
-class GatedStore(ReadCountingStore):
-    """Lets the first two writes through (the elections', the first chunk of ISR removals) and
-    holds the others until the test opens the gate, noting what the controller had sent as
-    each was issued."""
-
-    def __init__(self, sink: RecordingSink) -> None:
-        super().__init__()
-        self.sink = sink
-        self.gate = asyncio.Event()
-        self.sent_before_each_write: list[int] = []
-
-    async def update(self, states: Any) -> Any:
-        self.sent_before_each_write.append(len(self.sink.sent))
-        if len(self.sent_before_each_write) > 2:
-            await self.gate.wait()
-        return await super().update(states)
-
-
-def _leader_and_isr_partitions(sent: list[tuple[int, str, Any]]) -> dict[int, set[tuple[str, int, int]]]:
-    by_broker: dict[int, set[tuple[str, int, int]]] = {}
-    for b, api, r in sent:
-        if api == "LeaderAndIsr":
-            by_broker.setdefault(b, set()).update((p.topic, p.partition, p.leader_epoch) for p in r.partition_states)
-    return by_broker
-
-
-async def test_the_clean_up_sends_each_chunk_as_it_is_written(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Chunks of ISR removals written one after another: brokers get the requests of each as
-    soon as it is written, while the next is still out; in all, what one batch would carry."""
-    monkeypatch.setattr(replica_state_machine, "ISR_REMOVAL_CHUNK", 5)
-    ctx, _ = _cluster(3)
-    sink = RecordingSink()
-    store = GatedStore(sink)
-    store.znodes.update(ctx.partition_states)
-    manager = PartitionManager(9, ctx, store, sink, null_log(), lambda: False)
-    await manager.initialize_state_machines()
-    del ctx.live_brokers[DEAD]
-    failure = asyncio.create_task(manager.on_broker_failure({DEAD}))
-    for _ in range(200):
-        await asyncio.sleep(0)
-    assert not failure.done() and len(store.sent_before_each_write) > 2  # a later chunk is held
-    sent_while_held = list(sink.sent)
-    store.gate.set()
-    await asyncio.wait_for(failure, 10)
-    # The first chunk's LeaderAndIsr and UpdateMetadata went out while the others were held.
-    elections = _leader_and_isr_partitions(sink.sent[: store.sent_before_each_write[1]])
-    first_chunk = _leader_and_isr_partitions(sent_while_held)
-    assert sum(map(len, first_chunk.values())) > sum(map(len, elections.values()))
-    assert any(api == "UpdateMetadata" for _, api, _ in sent_while_held[store.sent_before_each_write[1] :])
-    assert len(sink.sent) > len(sent_while_held)  # the others, sent once written
-    # Everything, as one batch sends it (the ISR removals' variant without early sends).
-    ours = _leader_and_isr_partitions(sink.sent)
-    monkeypatch.setattr(replica_state_machine, "ISR_REMOVAL_CHUNK", 5)
-    kafkas = await _fail(3, read_everything=True, monkeypatch=monkeypatch)
-    assert ours == _leader_and_isr_partitions([(b, api, _parse(api, r)) for b, api, r in kafkas["sent"]])
-    for b in ctx.live_brokers:  # every broker's last request is an UpdateMetadata
-        assert [api for broker, api, _ in sink.sent if broker == b][-1] == "UpdateMetadata"
-
-
-async def test_no_early_send_while_the_batch_holds_a_stop_replica(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Replicas of a live broker going offline (a failed log dir): their StopReplica must
-    follow every ISR removal, so the clean-up's requests all go out at its end."""
-    monkeypatch.setattr(replica_state_machine, "ISR_REMOVAL_CHUNK", 5)
-    ctx, store = _cluster(3)
-    sink = RecordingSink()
-    manager = PartitionManager(9, ctx, store, sink, null_log(), lambda: False)
-    await manager.initialize_state_machines()
-    on_dead = [PartitionAndReplica(tp, DEAD) for tp, s in ctx.partition_states.items() if DEAD in s.isr]
-    early = 0
-    send_early = manager.send_early
-
-    async def counting() -> None:
-        nonlocal early
-        before = len(sink.sent)
-        await send_early()
-        early += len(sink.sent) - before
-
-    monkeypatch.setattr(manager, "send_early", counting)
-    await manager.on_replicas_become_offline(on_dead)
-    apis = [api for b, api, _ in sink.sent if b == DEAD]
-    assert early == 0 and "StopReplica" in apis
-    stop_at = next(i for i, (b, api, _) in enumerate(sink.sent) if api == "StopReplica")
-    assert all(api != "LeaderAndIsr" for _, api, _ in sink.sent[stop_at:])
-
-
-def _parse(api: str, serialized: bytes) -> Any:
-    from kcontroller.v1 import broker_pb2
-
-    kind = {"LeaderAndIsr": broker_pb2.LeaderAndIsrRequest, "UpdateMetadata": broker_pb2.UpdateMetadataRequest}
-    return kind[api].FromString(serialized) if api in kind else None
