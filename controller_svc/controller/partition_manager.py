@@ -33,6 +33,7 @@ from controller_svc.core.request_batch import (
 log = logging.getLogger(__name__)
 
 
+
 @dataclass(frozen=True, slots=True)
 class FailoverSends:
     """What the failover's start-up sent and left out because brokers held it already."""
@@ -271,38 +272,22 @@ class PartitionManager:
         # gauges are refreshed once, after both (Kafka's updateMetrics, once per event): between
         # them their recount held the clean-up back (47 ms of a 10k-partition broker failure on
         # two busy cores).
-        # The states of the partitions only followed there, which the clean-up reads back (as
-        # Kafka's removeReplicasFromIsr does), are read while the led ones are elected.
-        electing = set(with_offline_leader)
-        read_ahead = self.rsm.start_reading(
-            {
-                tp
-                for tp, replica in offline
-                if tp not in electing
-                and tp[0] not in deleting
-                and (state := partition_states.get(tp)) is not None
-                and replica in state.isr
-            }
-        )
         elected: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
         self.psm.written_log = elected
         try:
             async with self.operation(refresh_metrics=False):
                 await self.psm.handle_state_changes(with_offline_leader, PartitionState.OFFLINE)
                 await self.psm.trigger_online_partition_state_change()
-            self.psm.written_log = None
-            async with self.operation() as batch:
-                await self.rsm.handle_state_changes(
-                    await keep_in_slices(list(offline), lambda r: r[0][0] not in deleting),
-                    ReplicaState.OFFLINE,
-                    written_this_event=elected,
-                    read_ahead=read_ahead,
-                )
-                if not with_offline_leader:
-                    batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, [])
         finally:
             self.psm.written_log = None
-            await self.rsm.stop_reading(read_ahead)
+        async with self.operation() as batch:
+            await self.rsm.handle_state_changes(
+                await keep_in_slices(list(offline), lambda r: r[0][0] not in deleting),
+                ReplicaState.OFFLINE,
+                written_this_event=elected,
+            )
+            if not with_offline_leader:
+                batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, [])
 
     async def on_log_dir_failure(self, brokers: set[int]) -> None:
         """A broker reported failed log dirs: send LeaderAndIsr for all its replicas; the ones

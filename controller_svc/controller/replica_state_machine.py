@@ -46,9 +46,6 @@ VALIDATE_SLICE = 20_000
 # and the writes each outstanding at most.
 ISR_REMOVAL_CHUNK = 1000
 ISR_REMOVAL_IN_FLIGHT = 8
-# Reads of partition states started ahead of an OfflineReplica (`start_reading`): partition ->
-# the read of its chunk.
-ReadAhead = dict[TopicPartition, "asyncio.Future[dict[TopicPartition, LeaderIsrAndControllerEpoch | None]]"]
 _LEADER_EPOCH = operator.attrgetter("leader_epoch")
 _NOT_ONLINE: TopicReplicaKeys | None = TopicReplicaKeys({}, (), frozenset())  # sentinel
 
@@ -314,12 +311,9 @@ class ReplicaStateMachine:
         replicas: Iterable[PartitionAndReplica],
         target: ReplicaState,
         written_this_event: Mapping[TopicPartition, LeaderIsrAndControllerEpoch] | None = None,
-        read_ahead: ReadAhead | None = None,
     ) -> ReplicaChangeResult:
         """`written_this_event`: states this controller wrote earlier in the same event (a broker
-        failure's elections), which OfflineReplica need not read back (`_slice_to_offline`).
-        `read_ahead`: reads of states started earlier in the event (`start_reading`), which
-        OfflineReplica takes instead of reading them again."""
+        failure's elections), which OfflineReplica need not read back (`_slice_to_offline`)."""
         self._forget_start_up()
         result = ReplicaChangeResult()
         valid: list[PartitionAndReplica] = []
@@ -347,7 +341,7 @@ class ReplicaStateMachine:
         elif target is ReplicaState.ONLINE:
             self._to_online(valid)
         elif target is ReplicaState.OFFLINE:
-            await self._to_offline(valid, written_this_event or {}, read_ahead or {})
+            await self._to_offline(valid, written_this_event or {})
         elif target is ReplicaState.DELETION_STARTED:
             for replica in valid:
                 self.batch.add_stop_replica([replica.replica], replica.tp, delete=True)
@@ -414,7 +408,6 @@ class ReplicaStateMachine:
         self,
         replicas: list[PartitionAndReplica],
         written_this_event: Mapping[TopicPartition, LeaderIsrAndControllerEpoch],
-        read_ahead: ReadAhead,
     ) -> None:
         by_broker: dict[int, list[TopicPartition]] = {}
         for replica in replicas:
@@ -426,7 +419,7 @@ class ReplicaStateMachine:
                 if start:
                     await asyncio.sleep(0)
                 error = await self._slice_to_offline(
-                    broker_id, partitions[start : start + OFFLINE_SLICE], written_this_event, read_ahead
+                    broker_id, partitions[start : start + OFFLINE_SLICE], written_this_event
                 )
                 if error is not None:
                     # As if written in one pass: every replica is Offline in the state machine
@@ -442,7 +435,6 @@ class ReplicaStateMachine:
         broker_id: int,
         partitions: list[TopicPartition],
         written_this_event: Mapping[TopicPartition, LeaderIsrAndControllerEpoch],
-        read_ahead: ReadAhead,
     ) -> ControllerError | None:
         ctx = self.ctx
         for tp in partitions:
@@ -459,11 +451,13 @@ class ReplicaStateMachine:
             tp
             for tp in partitions
             if (state := cached.get(tp)) is not None
-            and not (written_this_event.get(tp) is state and broker_id not in state.isr and state.leader != broker_id)
+            and not (
+                written_this_event.get(tp) is state and broker_id not in state.isr and state.leader != broker_id
+            )
         ]
         without_state = [tp for tp in partitions if tp not in cached]
         without_state = [tp for tp in partitions if tp not in ctx.partition_states]
-        updated, error = await self.remove_replica_from_isr(broker_id, with_state, read_ahead)
+        updated, error = await self.remove_replica_from_isr(broker_id, with_state)
         deleting = ctx.topics_to_be_deleted
         # LeaderAndIsr to the partition's other replicas (the dead or stopped one gets none);
         # requests to brokers that are not live are never built.
@@ -479,14 +473,14 @@ class ReplicaStateMachine:
         return error  # raised by the caller, after the committed writes' requests are in the batch
 
     async def remove_replica_from_isr(
-        self, broker_id: int, partitions: list[TopicPartition], read_ahead: ReadAhead | None = None
+        self, broker_id: int, partitions: list[TopicPartition]
     ) -> tuple[dict[TopicPartition, LeaderIsrAndControllerEpoch], ControllerError | None]:
         """Write the partitions' states without `broker_id` in the ISR (ReplicaStateMachine.
         removeReplicasFromIsr): leader -1 if it led, a one-member ISR kept, leader epoch + 1.
         Returns the states written and, if ZooKeeper failed part-way, the error to raise once
         the caller has queued the requests of what was written."""
         updated: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
-        remaining, error = await self._remove_from_isr_pipelined(broker_id, partitions, updated, read_ahead or {})
+        remaining, error = await self._remove_from_isr_pipelined(broker_id, partitions, updated)
         if error is not None:
             return updated, error
         for _attempt in range(MAX_WRITE_ATTEMPTS - 1):
@@ -517,7 +511,6 @@ class ReplicaStateMachine:
         broker_id: int,
         partitions: list[TopicPartition],
         updated: dict[TopicPartition, LeaderIsrAndControllerEpoch],
-        read_ahead: ReadAhead,
     ) -> tuple[list[TopicPartition], ControllerError | None]:
         """The first attempt, a multi's worth of partitions at a time: chunks are read up to
         ISR_REMOVAL_IN_FLIGHT ahead, each chunk's write sent as soon as its read is in and its
@@ -542,7 +535,7 @@ class ReplicaStateMachine:
             start = next(chunks, None)
             if start is not None:
                 chunk = partitions[start : start + ISR_REMOVAL_CHUNK]
-                reads.append((chunk, asyncio.ensure_future(self._read(chunk, read_ahead))))
+                reads.append((chunk, asyncio.ensure_future(self.store.read(chunk))))
 
         try:
             for _ in range(ISR_REMOVAL_IN_FLIGHT):
@@ -588,63 +581,6 @@ class ReplicaStateMachine:
             read.cancel()
         await asyncio.gather(*(read for _, read in reads), return_exceptions=True)
         return sorted_partitions(conflicts), error
-
-    def start_reading(self, partitions: Iterable[TopicPartition]) -> ReadAhead:
-        """Start reading these partitions' states now, a chunk per read, for an OfflineReplica
-        later in the same event (`read_ahead`): a broker failure's followed partitions are read
-        while its led ones are elected, instead of after. The caller cancels what is not taken
-        (`stop_reading`). A state read ahead is as good as one read later for the removal's
-        conditional write: a change in between makes it a conflict, which is read again."""
-        ordered = sorted_partitions(partitions)
-        ahead: ReadAhead = {}
-        for start in range(0, len(ordered), ISR_REMOVAL_CHUNK):
-            chunk = ordered[start : start + ISR_REMOVAL_CHUNK]
-            read = asyncio.ensure_future(self.store.read(chunk))
-            for tp in chunk:
-                ahead[tp] = read
-        return ahead
-
-    @staticmethod
-    async def stop_reading(read_ahead: ReadAhead) -> None:
-        reads = {id(r): r for r in read_ahead.values()}.values()
-        for read in reads:
-            read.cancel()
-        await asyncio.gather(*reads, return_exceptions=True)
-
-    async def _read(
-        self, chunk: list[TopicPartition], read_ahead: ReadAhead
-    ) -> dict[TopicPartition, LeaderIsrAndControllerEpoch | None]:
-        """The chunk's states: from the reads started ahead where there are (each taken once:
-        a partition followed by two failed brokers is read again for the second), read now
-        the rest and any read ahead that is older than what the cache has since learnt."""
-        if not read_ahead:
-            return await self.store.read(chunk)
-        ahead: dict[int, asyncio.Future[dict[TopicPartition, LeaderIsrAndControllerEpoch | None]]] = {}
-        rest: list[TopicPartition] = []
-        taken: list[TopicPartition] = []
-        for tp in chunk:
-            read = read_ahead.pop(tp, None)
-            if read is None:
-                rest.append(tp)
-            else:
-                ahead[id(read)] = read
-                taken.append(tp)
-        states: dict[TopicPartition, LeaderIsrAndControllerEpoch | None] = {}
-        if ahead:
-            cached = self.ctx.partition_states
-            got: dict[TopicPartition, LeaderIsrAndControllerEpoch | None] = {}
-            for read in ahead.values():
-                got.update(await read)
-            for tp in taken:
-                state = got.get(tp)
-                known = cached.get(tp)
-                if state is not None and known is not None and known.zk_version > state.zk_version:
-                    rest.append(tp)
-                else:
-                    states[tp] = state
-        if rest:
-            states.update(await self.store.read(rest))
-        return states
 
     def _isr_removals(
         self, broker_id: int, partitions: list[TopicPartition]
