@@ -1,11 +1,12 @@
 """A broker failure's ISR clean-up (OfflineReplica) reads back from ZooKeeper only the states it
 did not write itself in the same event: the partitions the failed broker led were just written
 by their election (without it); those it followed, and those whose election failed, are read
-as Kafka's removeReplicasFromIsr reads them. Either way, the same requests go out and
-ZooKeeper ends in the same states."""
+as Kafka's removeReplicasFromIsr reads them, once each. Either way, the same requests go out
+and ZooKeeper ends in the same states, which the controller's cache then holds."""
 
 from __future__ import annotations
 
+import collections
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -88,6 +89,8 @@ async def test_the_clean_up_reads_only_what_the_elections_did_not_write(
     followed = {tp for tp, s in before.items() if DEAD in s.isr and tp not in led}
     assert elected and stuck and followed  # every kind is in the cluster
     assert set(ours["read"]) == stuck | followed
+    assert max(collections.Counter(ours["read"]).values()) == 1
+    assert dict(ours["ctx"].partition_states) == ours["znodes"]
     assert set(kafkas["read"]) == led | followed
     assert ours["sent"] == kafkas["sent"] and ours["znodes"] == kafkas["znodes"]
     assert all(DEAD not in after[tp].isr for tp in elected | followed)
@@ -115,3 +118,19 @@ async def test_a_state_changed_since_the_election_is_read(monkeypatch: pytest.Mo
     await manager.on_broker_failure({DEAD})
     assert led[0] in store.read_partitions
     assert not set(led[1:]) & set(store.read_partitions)
+
+
+async def test_a_partition_followed_by_two_failed_brokers_loses_both_from_its_isr() -> None:
+    """Each failed broker's removal reads the state the one before it wrote."""
+    ctx = context([1, 2, 3, 4, 5], {"t": {p: [1, 2, 3] for p in range(12)}})
+    store = ReadCountingStore()
+    for p in range(12):
+        tp = TopicPartition("t", p)
+        ctx.partition_states[tp] = store.znodes[tp] = LeaderIsrAndControllerEpoch(1, 1, (1, 2, 3), 0, ctx.epoch)
+    manager = PartitionManager(9, ctx, store, RecordingSink(), null_log(), lambda: False)
+    await manager.initialize_state_machines()
+    del ctx.live_brokers[2], ctx.live_brokers[3]
+    await manager.on_broker_failure({2, 3})
+    assert all(store.znodes[TopicPartition("t", p)].isr == (1,) for p in range(12))
+    assert dict(ctx.partition_states) == store.znodes
+    assert collections.Counter(store.read_partitions) == {TopicPartition("t", p): 2 for p in range(12)}
