@@ -24,8 +24,9 @@ from kcontroller.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = broker_pb2.DESCRIPTOR.services_by_name["BrokerControl"].full_name
-# Partitions whose metadata digests are made per slice in the background (about 10 ms).
-DIGEST_SLICE = 20_000
+# Partitions whose metadata digests are made per slice in the background, their states
+# serialized then (about 10 ms).
+DIGEST_SLICE = 5_000
 # Partitions of a control request applied between two yields to the loop (2-3 ms).
 APPLY_SLICE = 500
 
