@@ -441,19 +441,19 @@ class ReplicaStateMachine:
             self.batch.add_stop_replica([broker_id], tp, delete=False)
         cached = ctx.partition_states
         # Not read back: a state this event's election wrote (conditionally, on its version),
-        # still the one cached, without the broker. Since that write only the new leader, a
-        # live broker, can have written it, and a leader adds to its ISR only a follower that
+        # still the one cached, without the broker, when the broker is not registered (a hard
+        # failure; not a live broker's failed log dir). Since that write only the new leader,
+        # a live broker, can have written it, and a leader adds to its ISR only a follower that
         # is registered (Kafka's: one that fetches), which this broker is not; were it back,
         # its registration is a later broker change, which brings its replicas online. The
         # read Kafka makes here could only find the broker absent (2k of a 10k-partition
         # failure's 6k reads, on the ZooKeeper that the other 4k wait for).
+        ours = written_this_event if broker_id not in ctx.live_brokers else {}
         with_state = [
             tp
             for tp in partitions
             if (state := cached.get(tp)) is not None
-            and not (
-                written_this_event.get(tp) is state and broker_id not in state.isr and state.leader != broker_id
-            )
+            and not (ours.get(tp) is state and broker_id not in state.isr and state.leader != broker_id)
         ]
         without_state = [tp for tp in partitions if tp not in cached]
         without_state = [tp for tp in partitions if tp not in ctx.partition_states]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition
+from controller_svc.common.model import LeaderIsrAndControllerEpoch, PartitionAndReplica, TopicPartition
 from controller_svc.controller.partition_manager import PartitionManager
 from controller_svc.controller.replica_state_machine import ReplicaStateMachine
 from controller_svc.core.context import ControllerContext
@@ -134,3 +134,18 @@ async def test_a_partition_followed_by_two_failed_brokers_loses_both_from_its_is
     assert all(store.znodes[TopicPartition("t", p)].isr == (1,) for p in range(12))
     assert dict(ctx.partition_states) == store.znodes
     assert collections.Counter(store.read_partitions) == {TopicPartition("t", p): 2 for p in range(12)}
+
+
+async def test_a_live_brokers_failed_log_dir_reads_every_partition_back() -> None:
+    """Replicas of a live broker going offline (a failed log dir): its partitions' new leaders
+    could take it back into their ISR, so the clean-up reads every state, as Kafka does."""
+    ctx, store = _cluster(0)
+    manager = PartitionManager(9, ctx, store, RecordingSink(), null_log(), lambda: False)
+    await manager.initialize_state_machines()
+    on_dead = {PartitionAndReplica(tp, DEAD) for tp in ctx.partition_states if DEAD in ctx.replicas(tp)}
+    ctx.replicas_on_offline_dirs[DEAD] = {r.tp for r in on_dead}
+    led = {tp for tp, s in ctx.partition_states.items() if s.leader == DEAD}
+    await manager.on_replicas_become_offline(on_dead)
+    assert any(ctx.partition_states[tp].leader not in (DEAD, -1) for tp in led)  # some were elected
+    assert led <= set(store.read_partitions)
+    assert dict(ctx.partition_states) == store.znodes
