@@ -688,8 +688,9 @@ def offline_intervals(events: DataFrame, leaders: DataFrame, held: HeldFrames) -
     )
     is_lost, is_deleted = F.col("change") == "lost", F.col("change") == "deleted"
     # In one millisecond, a loss sorts before a regain (they come from different nodes' files).
+    # Ties past the position (one record, two rows) break as the first loss's (pos, cause, epoch).
     timeline = Window.partitionBy("partition", "topic", "cluster").orderBy(
-        "ts", F.when(F.col("change") == "regained", 1).otherwise(0), "pos"
+        "ts", F.when(F.col("change") == "regained", 1).otherwise(0), "pos", "cause", "epoch"
     )
     so_far = timeline.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     before = timeline.rowsBetween(Window.unboundedPreceding, -1)
@@ -716,16 +717,34 @@ def offline_intervals(events: DataFrame, leaders: DataFrame, held: HeldFrames) -
         )
         .filter(is_lost | F.col("closes"))
     )
-    segmented = marked.withColumn("segment", F.coalesce(F.sum(F.col("closes").cast("int")).over(before), F.lit(0)))
-    intervals = (
-        segmented.groupBy(*keys, "segment")
-        .agg(
-            F.min(F.when(is_lost, F.struct("pos", "cause", "epoch"))).alias("first_loss"),
-            F.min(F.when(is_lost, F.coalesce(F.col("alive_ts"), F.col("ts")))).alias("fault_ts"),
-            F.max(F.when(F.col("closes"), F.struct("ts", "change", "new_leader", "epoch"))).alias("end"),
-        )
-        .filter(F.col("first_loss").isNotNull())
+    # A segment is the losses after a closing change, up to and including the next one. Each is
+    # reduced in the timeline's own sorted stream and read off at its last row (the close, or the
+    # partition's last row while still open): an aggregate per segment sorted every row again,
+    # 2 of the step's 14 s at 10M events.
+    closes = F.col("closes")
+    after_close = F.coalesce(F.lag(closes).over(timeline), F.lit(True))
+    segmented = marked.select(
+        "*",
+        F.coalesce(F.sum(closes.cast("int")).over(before), F.lit(0)).alias("segment"),
+        (is_lost & after_close).alias("opens"),
+        (is_lost | ~after_close).alias("has_loss"),
+        (closes | F.lead(F.lit(True)).over(timeline).isNull()).alias("ends"),
     )
+    # The segment's earliest fault: segments only grow along the timeline, so the greatest
+    # (segment, -fault) of the losses so far is the current segment's least fault.
+    least_fault = F.max(
+        F.when(is_lost, F.struct("segment", (-F.coalesce(F.col("alive_ts"), F.col("ts"))).alias("neg")))
+    )
+    intervals = segmented.select(
+        *keys,
+        "has_loss",
+        "ends",
+        F.last(F.when(F.col("opens"), F.struct("pos", "cause", "epoch")), ignorenulls=True)
+        .over(so_far)
+        .alias("first_loss"),
+        (-least_fault.over(so_far).getField("neg")).alias("fault_ts"),
+        F.when(closes, F.struct("ts", "change", "new_leader", "epoch")).alias("end"),
+    ).filter(F.col("ends") & F.col("has_loss"))
     start = F.least(F.col("fault_ts"), F.col("first_loss.pos.ts"))
     return intervals.select(
         *keys,

@@ -394,3 +394,54 @@ def edge_cases(directory: pathlib.Path) -> None:
         out.record(
             8002, c3, "request.sent", broker=3, api="UpdateMetadata", correlation_id=2, partitions=1, controller_epoch=3
         )
+
+
+def overlapping_losses(directory: pathlib.Path) -> None:
+    """Two losses in one offline interval, the later one's fault first; an interval still open.
+
+    Broker 2 dies silently at 2400 (its last record). Broker 1 (last sign of life 2900) is seen
+    dead at 3000: p-0 goes to broker 2 at leader epoch 1 (not yet known dead), p-1 (only on 1)
+    to leader -1 and stays offline, p-2 to broker 3, which applies it at 3004. Broker 2 is seen
+    dead at 9000: p-0 goes to broker 3 at epoch 2, applied at 9005. A late leader role from
+    broker 2 at epoch 1 (9003) is not above the losses' epochs and ends nothing.
+
+    Offline intervals: p-0 [2400, 9005] (detected 3000: its start is broker 2's fault, the
+    second loss's), p-1 [2900, open), p-2 [2900, 3004].
+    """
+    with HistoryWriter(directory) as out:
+        for b in (1, 2, 3):
+            out.record(1000, f"broker-{b}", "broker.registered", broker_id=b, broker_epoch=100 + b)
+        out.record(1010, C1, "controller.elected", controller_id=1, controller_epoch=1, vacancy_ts=1005)
+        _elected(out, 1020, C1, 1, "p", 0, 1, 0, [1, 2, 3], [], "new")
+        _elected(out, 1020, C1, 1, "p", 1, 1, 0, [1], [], "new")
+        _elected(out, 1020, C1, 1, "p", 2, 1, 0, [1, 3], [], "new")
+        for partition in (0, 1, 2):
+            _role(out, 1022, 1, "p", partition, "leader", 1, 0, 1)
+        _role(out, 1022, 2, "p", 0, "follower", 1, 0, 1)
+        _role(out, 1022, 3, "p", 0, "follower", 1, 0, 1)
+        _role(out, 1022, 3, "p", 2, "follower", 1, 0, 1)
+        out.record(2400, "broker-2", "node.alive")
+        out.record(2900, "broker-1", "node.alive")
+        out.record(2950, "broker-3", "node.alive")
+
+        out.record(3000, C1, "broker.change", new=[], dead=[1], bounced=[], controller_epoch=1)
+        _elected(out, 3000, C1, 1, "p", 0, 2, 1, [2, 3], [1, 2, 3], "offline")
+        out.record(
+            3000,
+            C1,
+            "partition.offline",
+            topic="p",
+            partition=1,
+            leader=-1,
+            leader_epoch=1,
+            isr=[1],
+            prev_leader=1,
+            controller_epoch=1,
+        )
+        _elected(out, 3000, C1, 1, "p", 2, 3, 1, [3], [1, 3], "offline")
+        _role(out, 3004, 3, "p", 2, "leader", 3, 1, 1)
+
+        out.record(9000, C1, "broker.change", new=[], dead=[2], bounced=[], controller_epoch=1)
+        _elected(out, 9000, C1, 1, "p", 0, 3, 2, [3], [2, 3], "offline")
+        _role(out, 9003, 2, "p", 0, "leader", 2, 1, 1)
+        _role(out, 9005, 3, "p", 0, "leader", 3, 2, 1)

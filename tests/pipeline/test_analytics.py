@@ -35,6 +35,7 @@ def known(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any
     scenarios.clean_failover(base / "logs" / "clean")
     cited = scenarios.violations(base / "logs" / "broken")
     scenarios.edge_cases(base / "logs" / "edge")
+    scenarios.overlapping_losses(base / "logs" / "losses")
     out = base / "out"
     outcome = run(spark, [base / "logs"], out, cluster_by="dir")
     return {"outcome": outcome, "out": out, "cited": cited, "base": base}
@@ -112,6 +113,34 @@ def test_offline_intervals_to_the_millisecond(spark: Any, known: dict[str, Any])
     assert availability["longest_offline_ms"] == 5415
     assert availability["longest_offline_detection_ms"] == 500
     assert availability["still_offline"] == 0
+
+
+def test_offline_intervals_with_several_losses_and_one_still_open(spark: Any, known: dict[str, Any]) -> None:
+    intervals = sorted(
+        (
+            r["partition"],
+            r["start_ts"],
+            r["detected_ts"],
+            r["end_ts"],
+            r["duration_ms"],
+            r["cause"],
+            r["end_cause"],
+            r["lost_leader_epoch"],
+            r["new_leader"],
+            r["new_leader_epoch"],
+        )
+        for r in rows_of(spark, known, "offline_intervals", "losses")
+    )
+    assert intervals == [
+        # Lost with broker 1 at 3000, then with broker 2 (dead since 2400) at 9000: one interval
+        # from the earliest fault, closed by the epoch above both losses (not broker 2's late 1).
+        (0, 2400, 3000, 9005, 6605, "broker_deregistered", "leader_applied", 0, 3, 2),
+        (1, 2900, 3000, None, None, "broker_deregistered", None, 0, None, None),
+        (2, 2900, 3000, 3004, 104, "broker_deregistered", "leader_applied", 0, 3, 1),
+    ]
+    summary = known["outcome"].summary["clusters"][cluster_name(known, "losses")]
+    assert (summary["availability"]["offline_intervals"], summary["availability"]["still_offline"]) == (3, 1)
+    assert summary["violations"] == {name: 0 for name in schema.INVARIANTS}
 
 
 def test_failover_phases_to_the_millisecond(spark: Any, known: dict[str, Any]) -> None:
