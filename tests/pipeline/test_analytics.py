@@ -141,6 +141,10 @@ def test_offline_intervals_with_several_losses_and_one_still_open(spark: Any, kn
     summary = known["outcome"].summary["clusters"][cluster_name(known, "losses")]
     assert (summary["availability"]["offline_intervals"], summary["availability"]["still_offline"]) == (3, 1)
     assert summary["violations"] == {name: 0 for name in schema.INVARIANTS}
+    assert summary["nodes"] == ["broker-1", "broker-2", "broker-3", "controller-1"]
+    assert (summary["first_ts"], summary["last_ts"]) == (1000, 9005)
+    lines = sum(len(f.read_text().splitlines()) for f in (known["base"] / "logs" / "losses").iterdir())
+    assert summary["events"] == lines == 25
 
 
 def test_failover_phases_to_the_millisecond(spark: Any, known: dict[str, Any]) -> None:
