@@ -178,13 +178,13 @@ def analyze(
     availability = _availability(offline, incidents)
     clock.lap("availability")
     clusters: dict[str, Any] = {}
-    for name, row in sorted(per_cluster_events.items()):
+    for name, seen in sorted(per_cluster_events.items()):
         clusters[name] = {
-            "events": int(row["events"]),
+            "events": int(seen["events"]),
             "malformed": malformed_by_cluster.get(name, 0),
-            "first_ts": int(row["first_ts"]),
-            "last_ts": int(row["last_ts"]),
-            "nodes": list(row["nodes"]),
+            "first_ts": int(seen["first_ts"]),
+            "last_ts": int(seen["last_ts"]),
+            "nodes": list(seen["nodes"]),
             "violations": {inv: counts.get(name, {}).get(inv, 0) for inv in schema.INVARIANTS},
             "availability": availability.get(name, _availability_defaults()),
         }
