@@ -143,13 +143,17 @@ def analyze(
         )
     clock.lap("clusters")
 
+    liveness = spark.createDataFrame(
+        [(name, node) for name, seen in per_cluster_events.items() for node in seen["liveness"]],
+        "cluster string, node string",
+    )
     tenures = _write(timelines.controller_tenures(events).drop("start_pos"), out, "controller_tenures", clock)
     # The timelines' own caches, released once the tables built from them are written (each
     # table is read back from its Parquet files, not from their lineage).
     held = timelines.HeldFrames()
     try:
         incidents = _write(
-            timelines.failover_incidents(events, tenures.withColumn("start_pos", F.struct("start_ts")), held),
+            timelines.failover_incidents(events, tenures.withColumn("start_pos", F.struct("start_ts")), held, liveness),
             out,
             "failover_incidents",
             clock,
@@ -157,7 +161,9 @@ def analyze(
         leaders = timelines.leadership(events).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             _write(leaders.drop("from_pos", "until_pos", "block", "mid"), out, "leadership", clock)
-            offline = _write(timelines.offline_intervals(events, leaders, held), out, "offline_intervals", clock)
+            offline = _write(
+                timelines.offline_intervals(events, leaders, held, liveness), out, "offline_intervals", clock
+            )
         finally:
             leaders.unpersist()
     finally:
@@ -230,21 +236,29 @@ def analyze(
 
 
 def _per_cluster(events: DataFrame) -> dict[str, dict[str, Any]]:
-    """Per cluster: its events, first and last ts and node names. Aggregated per node (a few
-    rows, combined here): numbers only, which Spark sums in a hash table, where a set of names
-    per cluster took its slower object aggregate over every row (10M events: 1.7 -> 1.0 s)."""
+    """Per cluster: its events, first and last ts, node names and the nodes that write
+    node.alive (timelines.writers_of_liveness, without a scan of their records). Aggregated per
+    node (a few rows, combined here): numbers only, which Spark sums in a hash table, where a
+    set of names per cluster took its slower object aggregate over every row (10M events: 1.7
+    -> 1.0 s)."""
     clusters: dict[str, dict[str, Any]] = {}
     per_node = events.groupBy("cluster", "node").agg(
-        F.count("*").alias("events"), F.min("ts").alias("first_ts"), F.max("ts").alias("last_ts")
+        F.count("*").alias("events"),
+        F.min("ts").alias("first_ts"),
+        F.max("ts").alias("last_ts"),
+        F.max((F.col("kind_group") == "node.alive").cast("int")).alias("writes_liveness"),
     )
     for row in per_node.collect():
         entry = clusters.setdefault(
-            row["cluster"], {"events": 0, "first_ts": row["first_ts"], "last_ts": row["last_ts"], "nodes": []}
+            row["cluster"],
+            {"events": 0, "first_ts": row["first_ts"], "last_ts": row["last_ts"], "nodes": [], "liveness": []},
         )
         entry["events"] += int(row["events"])
         entry["first_ts"] = min(entry["first_ts"], row["first_ts"])
         entry["last_ts"] = max(entry["last_ts"], row["last_ts"])
         entry["nodes"].append(row["node"])
+        if row["writes_liveness"]:
+            entry["liveness"].append(row["node"])
     for entry in clusters.values():
         entry["nodes"].sort()
     return clusters

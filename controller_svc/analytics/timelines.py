@@ -73,14 +73,21 @@ def _named_as(role: str) -> Column:
 # --- controllers ---------------------------------------------------------------------------
 
 
-def liveness_nodes(events: DataFrame, role: str) -> DataFrame:
-    """(cluster, node, node_id) of the `role`'s nodes that write `node.alive` at a fixed
-    interval: for them, the last record of any kind bounds when the process stopped. A node
-    without liveness records (an older log) gives no such bound: its losses are counted from
-    when they were seen, as before. Few rows (one per node)."""
+def writers_of_liveness(events: DataFrame) -> DataFrame:
+    """(cluster, node) of the nodes that write `node.alive`: a scan of those records. The job
+    passes the same few rows from its per-node totals instead (job._per_cluster), which read
+    every record already."""
+    return of_kind(events, "node.alive").select("cluster", "node").distinct()
+
+
+def liveness_nodes(writers: DataFrame, role: str) -> DataFrame:
+    """(cluster, node, node_id) of the `role`'s nodes among `writers` (writers_of_liveness:
+    the nodes that write `node.alive` at a fixed interval): for them, the last record of any
+    kind bounds when the process stopped. A node without liveness records (an older log) gives
+    no such bound: its losses are counted from when they were seen, as before. Few rows (one
+    per node)."""
     # The role and id are derived from a node's name once per node, not once per record.
-    alive_nodes = with_node_columns(of_kind(events, "node.alive").select("cluster", "node").distinct())
-    return of_role(alive_nodes, role).select("cluster", "node", "node_id")
+    return of_role(with_node_columns(writers.select("cluster", "node")), role).select("cluster", "node", "node_id")
 
 
 def node_records(events: DataFrame, role: str) -> DataFrame:
@@ -269,7 +276,9 @@ def controller_tenures(events: DataFrame) -> DataFrame:
     )
 
 
-def failover_incidents(events: DataFrame, tenures: DataFrame, held: HeldFrames) -> DataFrame:
+def failover_incidents(
+    events: DataFrame, tenures: DataFrame, held: HeldFrames, liveness: DataFrame | None = None
+) -> DataFrame:
     """Controller lost -> new controller elected -> every live broker applied the new epoch's
     UpdateMetadata, for every election that followed another in the same cluster.
 
@@ -284,6 +293,7 @@ def failover_incidents(events: DataFrame, tenures: DataFrame, held: HeldFrames) 
     process writes at a fixed interval), so `detection_ms` (fault -> loss seen) is about the
     session timeout after a kill -9 and about zero after a SIGTERM, and `total_ms` runs from the
     fault to every live broker on the new epoch (detection + election + propagation).
+    `liveness`: the nodes that write node.alive (writers_of_liveness), when known already.
     """
     in_cluster = Window.partitionBy("cluster").orderBy("start_pos", "controller_epoch")
     chained = tenures.select(
@@ -376,7 +386,8 @@ def failover_incidents(events: DataFrame, tenures: DataFrame, held: HeldFrames) 
     )
     # The old controller's last sign of life up to the loss (a zombie's records after it don't count).
     signs_of_life = node_records(events, "controller").withColumnRenamed("node", "previous_node")
-    with_liveness = liveness_nodes(events, "controller").select("cluster", F.col("node").alias("previous_node"))
+    writers = liveness if liveness is not None else writers_of_liveness(events)
+    with_liveness = liveness_nodes(writers, "controller").select("cluster", F.col("node").alias("previous_node"))
     last_alive = (
         last_record_before(
             chained.select("cluster", "controller_epoch", "previous_node", "lost_ts").join(
@@ -560,7 +571,9 @@ def _sorted_first_loss_in_tenure(led: DataFrame, losses: DataFrame) -> DataFrame
     return found.select("_row.*", "_first.pos", "_first.ts", "_first.cause", "_first.alive_ts")
 
 
-def offline_intervals(events: DataFrame, leaders: DataFrame, held: HeldFrames) -> DataFrame:
+def offline_intervals(
+    events: DataFrame, leaders: DataFrame, held: HeldFrames, liveness: DataFrame | None = None
+) -> DataFrame:
     """From the moment a partition lost its leader to the moment the new leader's broker applied
     that role.
 
@@ -573,7 +586,8 @@ def offline_intervals(events: DataFrame, leaders: DataFrame, held: HeldFrames) -
     An interval starts at the fault, not at its detection: when the leader's broker died, at
     that broker's last sign of life (its last record of any kind, `node.alive` included, before
     the controller saw it go; for a bounce, before its new registration). `detected_ts` is when
-    the loss was seen, and `detection_ms` the time in between.
+    the loss was seen, and `detection_ms` the time in between. `liveness`: the nodes that write
+    node.alive (writers_of_liveness), when known already.
     """
     keys = ["cluster", "topic", "partition"]
     set_to_none = of_kind(events, "partition.offline").select(
@@ -619,7 +633,8 @@ def offline_intervals(events: DataFrame, leaders: DataFrame, held: HeldFrames) -
             F.when(F.col("cause") == "broker_bounced", F.col("registered_ts")).otherwise(F.col("ts") + 1),
         )
     )
-    with_liveness = liveness_nodes(events, "broker").select("cluster", "node", F.col("node_id").alias("broker"))
+    writers = liveness if liveness is not None else writers_of_liveness(events)
+    with_liveness = liveness_nodes(writers, "broker").select("cluster", "node", F.col("node_id").alias("broker"))
     last_alive = (
         last_record_before(
             bounds.select("cluster", "pos", "broker", "alive_before").join(
