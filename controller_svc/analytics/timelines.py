@@ -704,14 +704,15 @@ def offline_intervals(
     is_lost, is_deleted = F.col("change") == "lost", F.col("change") == "deleted"
     # In one millisecond, a loss sorts before a regain (they come from different nodes' files).
     # Ties past the position (one record, two rows) break as the first loss's (pos, cause, epoch).
-    timeline = Window.partitionBy("partition", "topic", "cluster").orderBy(
-        "ts", F.when(F.col("change") == "regained", 1).otherwise(0), "pos", "cause", "epoch"
-    )
+    # Every window orders by columns alone: an expression there becomes a new column per window,
+    # and Spark then sorts the rows again for each (four sorts of 2M rows at 10M events).
+    timeline = Window.partitionBy("partition", "topic", "cluster").orderBy("ts", "regain_last", "pos", "cause", "epoch")
     so_far = timeline.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     before = timeline.rowsBetween(Window.unboundedPreceding, -1)
     changes = (
         starts.unionByName(regained)
         .unionByName(deleted)
+        .withColumn("regain_last", (F.col("change") == "regained").cast("int"))
         .withColumn("generation", F.sum(is_deleted.cast("int")).over(so_far))
     )
     # A regain closes an interval when its leader epoch is above every loss of this generation.
