@@ -120,28 +120,31 @@ def analyze(
     out = out.rstrip("/")
     ingest.ingest(spark, inputs, out, prefetch)
     clock.lap("ingest")
-    by_status = ingest.line_counts(spark, out)
-    lines = sum(by_status.values())
+    malformed_lines = ingest.malformed_count(spark, out)
+    events = ingest.events(spark, out, cluster_by)
+    per_cluster_events = _per_cluster(events)
+    lines = malformed_lines + sum(seen["events"] for seen in per_cluster_events.values())
     log.info("%d lines parsed in %.1f s", lines, time.monotonic() - started)
     if lines == 0:
         raise InputError(f"no state-change records in {', '.join(inputs)} (looked for {ingest.STATE_CHANGE_GLOB})")
+    clock.lap("clusters")
     line_index = ingest.LineIndex(spark, out)
     bad = _write(
-        ingest.bad_records(spark, out, line_index.table() if by_status.get("bad") else None, cluster_by),
+        ingest.bad_records(spark, out, line_index.table() if malformed_lines else None, cluster_by),
         out,
         "bad_records",
         clock,
     )
-    events = ingest.events(spark, out, cluster_by)
-
-    per_cluster_events = _per_cluster(events)
-    malformed_by_cluster = {row["cluster"]: int(row["count"]) for row in bad.groupBy("cluster").count().collect()}
+    malformed_by_cluster = (
+        {row["cluster"]: int(row["count"]) for row in bad.groupBy("cluster").count().collect()}
+        if malformed_lines
+        else {}
+    )
     malformed = sum(malformed_by_cluster.values())
     if not per_cluster_events:
         raise InputError(
             f"none of the {lines} lines in {', '.join(inputs)} is a usable state-change record (see {out}/bad_records)"
         )
-    clock.lap("clusters")
 
     liveness = spark.createDataFrame(
         [(name, node) for name, seen in per_cluster_events.items() for node in seen["liveness"]],
