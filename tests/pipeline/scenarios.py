@@ -116,6 +116,32 @@ def _elected(
     )
 
 
+def _offline(
+    out: HistoryWriter,
+    ts: int,
+    controller: str,
+    epoch: int,
+    topic: str,
+    partition: int,
+    leader_epoch: int,
+    isr: list[int],
+    prev_leader: int,
+) -> None:
+    """The controller set the partition's leader to -1 (no replica of its ISR alive)."""
+    out.record(
+        ts,
+        controller,
+        "partition.offline",
+        topic=topic,
+        partition=partition,
+        leader=-1,
+        leader_epoch=leader_epoch,
+        isr=isr,
+        prev_leader=prev_leader,
+        controller_epoch=epoch,
+    )
+
+
 def clean_failover(directory: pathlib.Path) -> None:
     """Controller 1 (epoch 1) is killed; controller 2 (epoch 2) sees /controller vacant at 6990,
     is elected at 7000, and brokers 1, 2, 3 apply its UpdateMetadata at 7005, 7010, 7020.
@@ -165,18 +191,7 @@ def clean_failover(directory: pathlib.Path) -> None:
         out.record(11500, "broker-1", "node.alive")
         out.record(12000, C2, "broker.change", new=[], dead=[1], bounced=[], controller_epoch=2)
         _elected(out, 12000, C2, 2, "t", 0, 2, 1, [2, 3], [1, 2, 3], "offline")
-        out.record(
-            12000,
-            C2,
-            "partition.offline",
-            topic="gone",
-            partition=0,
-            leader=-1,
-            leader_epoch=1,
-            isr=[1],
-            prev_leader=1,
-            controller_epoch=2,
-        )
+        _offline(out, 12000, C2, 2, "gone", 0, 1, isr=[1], prev_leader=1)
         _request(out, C2, 2, 2, "LeaderAndIsr", 4, 12001, 12007, rtt_ms=6.0)
         _role(out, 12007, 2, "t", 0, "leader", 2, 1, 2)
         _request(out, C2, 2, 3, "LeaderAndIsr", 5, 12001, 12006, rtt_ms=5.0)
@@ -187,18 +202,7 @@ def clean_failover(directory: pathlib.Path) -> None:
         out.record(19600, "broker-2", "node.alive")
         out.record(20000, C2, "broker.change", new=[], dead=[2], bounced=[], controller_epoch=2)
         _elected(out, 20000, C2, 2, "t", 0, 3, 2, [3], [2, 3], "offline")
-        out.record(
-            20000,
-            C2,
-            "partition.offline",
-            topic="t",
-            partition=2,
-            leader=-1,
-            leader_epoch=1,
-            isr=[2],
-            prev_leader=2,
-            controller_epoch=2,
-        )
+        _offline(out, 20000, C2, 2, "t", 2, 1, isr=[2], prev_leader=2)
         _request(out, C2, 2, 3, "LeaderAndIsr", 6, 20001, 20004, rtt_ms=3.0)
         _role(out, 20004, 3, "t", 0, "leader", 3, 2, 2)
 
@@ -326,34 +330,12 @@ def edge_cases(directory: pathlib.Path) -> None:
         _elected(out, 120, C1, 1, "q", 0, 2, 0, [2, 3], [], "new")
         _role(out, 122, 2, "q", 0, "leader", 2, 0, 1)
         out.record(1000, C1, "broker.change", new=[], dead=[1], bounced=[], controller_epoch=1)
-        out.record(
-            1000,
-            C1,
-            "partition.offline",
-            topic="r",
-            partition=0,
-            leader=-1,
-            leader_epoch=1,
-            isr=[1],
-            prev_leader=1,
-            controller_epoch=1,
-        )
+        _offline(out, 1000, C1, 1, "r", 0, 1, isr=[1], prev_leader=1)
         out.record(2000, C1, "topic.deleted", topic="r", controller_epoch=1)
         _elected(out, 3000, C1, 1, "r", 0, 2, 0, [2], [], "new")
         _role(out, 3005, 2, "r", 0, "leader", 2, 0, 1)
         out.record(4000, C1, "broker.change", new=[], dead=[2], bounced=[], controller_epoch=1)
-        out.record(
-            4000,
-            C1,
-            "partition.offline",
-            topic="r",
-            partition=0,
-            leader=-1,
-            leader_epoch=1,
-            isr=[2],
-            prev_leader=2,
-            controller_epoch=1,
-        )
+        _offline(out, 4000, C1, 1, "r", 0, 1, isr=[2], prev_leader=2)
         _elected(out, 4000, C1, 1, "q", 0, 3, 1, [3], [2, 3], "offline")
         _role(out, 4002, 3, "q", 0, "leader", 3, 1, 1)
         out.record(4500, "broker-2", "broker.started", broker_id=2)
@@ -426,18 +408,7 @@ def overlapping_losses(directory: pathlib.Path) -> None:
 
         out.record(3000, C1, "broker.change", new=[], dead=[1], bounced=[], controller_epoch=1)
         _elected(out, 3000, C1, 1, "p", 0, 2, 1, [2, 3], [1, 2, 3], "offline")
-        out.record(
-            3000,
-            C1,
-            "partition.offline",
-            topic="p",
-            partition=1,
-            leader=-1,
-            leader_epoch=1,
-            isr=[1],
-            prev_leader=1,
-            controller_epoch=1,
-        )
+        _offline(out, 3000, C1, 1, "p", 1, 1, isr=[1], prev_leader=1)
         _elected(out, 3000, C1, 1, "p", 2, 3, 1, [3], [1, 3], "offline")
         _role(out, 3004, 3, "p", 2, "leader", 3, 1, 1)
 
