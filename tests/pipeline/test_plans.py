@@ -26,11 +26,12 @@ def timeline_sorts(frame: Any) -> int:
     shuffle, or the union or join of its sources. Planned without adaptive execution, whose
     plan gets its sorts and shuffles only as it runs."""
     spark = frame.sparkSession
+    adaptive = spark.conf.get("spark.sql.adaptive.enabled")
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     try:
         node = frame._jdf.queryExecution().executedPlan()
     finally:
-        spark.conf.set("spark.sql.adaptive.enabled", "true")
+        spark.conf.set("spark.sql.adaptive.enabled", adaptive)
     queue = [node]
     while "Window" not in queue[0].getClass().getSimpleName():
         queue = queue[1:] + _children(queue[0])
