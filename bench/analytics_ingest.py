@@ -67,7 +67,7 @@ def main() -> None:
         "floor_s": lambda: min(floor_seconds(spark, logs).values()),
         "census_s": lambda: _timed(lambda: census.plan(files)),
         "parse_classify_s": lambda: _timed(
-            lambda: ingest.read_records(spark, [str(logs)]).write.format("noop").mode("overwrite").save()
+            lambda: ingest.read_records(spark, [str(logs)]).lines.write.format("noop").mode("overwrite").save()
         ),
         "ingest_s": lambda: _timed(lambda: ingest.ingest(spark, [str(logs)], out)),
         "line_by_line_ingest_s": lambda: _timed(

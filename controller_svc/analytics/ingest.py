@@ -7,9 +7,10 @@ the job. The table is written to OUTDIR/events
 partitioned by status and kind, and every analysis reads back only its kinds and columns, so
 the JSON is parsed once.
 
-A record is identified by (file, block, mid): the byte offset of the file split it was read
-from and an id that increases along the lines of that split. Line numbers are only computed for
-the few rows an operator reads (malformed lines, violations' evidence), from a per-split table.
+A record is identified by (file_id, block, mid): its file's rank among the input files (by
+name; OUTDIR/files names each), the byte offset of the file split it was read from and an id
+that increases along the lines of that split. Line numbers are only computed for the few rows
+an operator reads (malformed lines, violations' evidence), from a per-split table.
 """
 
 from __future__ import annotations
@@ -56,6 +57,16 @@ class ClusterBy:
             return F.regexp_extract(file, r"^(.*)/[^/]+$", 1)
         return F.lit("default")
 
+    def attach(self, frame: DataFrame, files: DataFrame | None) -> DataFrame:
+        """Adds `cluster` to rows that carry a file_id; `files` is the files table (file_id,
+        file), which only `dir` needs. One cluster needs no file name; per directory, each
+        file's cluster is worked out once and joined by its id (a broadcast of one row per file)."""
+        if self.mode != "dir":
+            return frame.withColumn("cluster", F.lit("default"))
+        assert files is not None, "clusters by directory need the files table"
+        clusters = files.select("file_id", self.column(F.col("file")).alias("cluster"))
+        return frame.join(F.broadcast(clusters), "file_id", "left")
+
 
 def record_schema() -> T.StructType:
     """The typed fields of a record, and no corrupt-record column: with one, Spark's parser
@@ -94,20 +105,56 @@ def list_inputs(spark: SparkSession, inputs: Sequence[str]) -> list[str]:
     return sorted(files)
 
 
-def read_lines(spark: SparkSession, files: Sequence[str]) -> DataFrame:
-    """Every line of the files. Columns: file, block (the byte offset of the file split the line
-    was read from), mid (increasing along the lines of a split), value."""
-    return spark.read.text(list(files)).select(
-        F.col("_metadata.file_path").alias("file"),
+def file_table(spark: SparkSession, files: Sequence[str]) -> DataFrame:
+    """The files table: (file_id, file) for the input files (as list_inputs names them), `file`
+    as Spark's scans name a file in `_metadata.file_path` (its URI, escaped) and file_id the
+    rank of that name, so that records order by (ts, file_id, ...) as they did by (ts, file,
+    ...). A local frame (one row per file)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    # Hadoop's Path of the name, as a URI: what Spark 4's file scans give (a test pins it,
+    # tests/pipeline/test_readers.py, with a directory name Spark escapes).
+    names = {str(jvm.org.apache.hadoop.fs.Path(file).toUri().toString()) for file in files}
+    return spark.createDataFrame(list(enumerate(sorted(names))), "file_id int, file string")
+
+
+def _located(frame: DataFrame, files: DataFrame, columns: Sequence[Column]) -> DataFrame:
+    """The rows of a file scan with file_id, block (the byte offset of the file split the line
+    was read from) and mid (increasing along the lines of a split) before `columns`.
+
+    The file is carried by its id, not its name: a name is ~65 bytes of every row that every
+    later sort and shuffle of positions would carry and compare (and the events table's write
+    encode), an id 4. The id comes from a broadcast join of the file's name with the files
+    table (`files`: file_id, file); a row whose file it does not name keeps a null id, which
+    the job refuses (job._per_cluster), rather than being dropped."""
+    located = frame.select(
+        F.col("_metadata.file_path").alias("_file"),
         F.col("_metadata.file_block_start").alias("block"),
         # Consecutive within one split, in line order: with the split's first id and the lines of
         # the splits before it in the same file, this gives each line's number without a shuffle.
         F.monotonically_increasing_id().alias("mid"),
-        F.col("value"),
+        *columns,
     )
+    ids = F.broadcast(files.select(F.col("file").alias("_file"), "file_id"))
+    return located.join(ids, "_file", "left").select("file_id", *[c for c in located.columns if c != "_file"])
 
 
-def read_records(spark: SparkSession, inputs: Sequence[str], prefetch: census.Prefetch | None = None) -> DataFrame:
+def read_lines(spark: SparkSession, files: Sequence[str], file_ids: DataFrame | None = None) -> DataFrame:
+    """Every line of the files. Columns: file_id, block, mid (see _located), value. `file_ids`:
+    the files table to take ids from (by default the files' ranks among themselves)."""
+    ids = file_ids if file_ids is not None else file_table(spark, files)
+    return _located(spark.read.text(list(files)), ids, [F.col("value")])
+
+
+@dataclass(frozen=True)
+class Records:
+    """The parsed lines (`lines`: parse's columns) and the files table their file_ids index."""
+
+    lines: DataFrame
+    files: DataFrame
+
+
+def read_records(spark: SparkSession, inputs: Sequence[str], prefetch: census.Prefetch | None = None) -> Records:
     """Every line of the inputs' log files, parsed and classified (see `parse`): the files that
     map one row per line through Spark's JSON reader, the others line by line (census.plan)."""
     files = list_inputs(spark, inputs)
@@ -120,41 +167,37 @@ def read_records(spark: SparkSession, inputs: Sequence[str], prefetch: census.Pr
         len(files),
         len(readers.text_reader),
     )
+    files_table = file_table(spark, files)
     parts = []
     if readers.json_reader:
-        parts.append(json_reader_records(spark, readers.json_reader))
+        parts.append(json_reader_records(spark, readers.json_reader, files_table))
     if readers.text_reader:
-        parts.append(parse(read_lines(spark, readers.text_reader)))
-    return functools.reduce(DataFrame.unionByName, parts)
+        parts.append(parse(read_lines(spark, readers.text_reader, files_table)))
+    return Records(functools.reduce(DataFrame.unionByName, parts), files_table)
 
 
-def json_reader_records(spark: SparkSession, files: Sequence[str]) -> DataFrame:
+def json_reader_records(spark: SparkSession, files: Sequence[str], file_ids: DataFrame | None = None) -> DataFrame:
     """The lines of files census.plan gave the JSON reader, parsed and classified as `parse`
     does, except that a malformed line's text is not kept (the reader has no corrupt-record
     column, see record_schema): it is read again from its file when the malformed lines are
-    written (`bad_records`), a pass over the files that have any."""
+    written (`bad_records`), a pass over the files that have any. `file_ids` as read_lines'."""
     frame = spark.read.schema(record_schema()).option("mode", "PERMISSIVE").json(list(files))
+    ids = file_ids if file_ids is not None else file_table(spark, files)
+    # One row per line in these files: mid is consecutive along a split's lines, as read_lines'.
     return classify(
-        frame.select(
-            F.col("_metadata.file_path").alias("file"),
-            F.col("_metadata.file_block_start").alias("block"),
-            # One row per line in these files: consecutive along a split's lines, as read_lines'.
-            F.monotonically_increasing_id().alias("mid"),
-            F.lit(None).cast("string").alias("value"),
-            *[F.col(name) for name, _ in schema.FIELDS],
-        )
+        _located(frame, ids, [F.lit(None).cast("string").alias("value"), *[F.col(name) for name, _ in schema.FIELDS]])
     )
 
 
 def splits_of(frame: DataFrame) -> DataFrame:
-    """Per split of each file of a frame of lines (file, block, mid): its first `mid`, its line
+    """Per split of each file of a frame of lines (file_id, block, mid): its first `mid`, its line
     count and the lines of the splits before it in the file. Small (one row per 128 MB of log),
     collected."""
     spark = frame.sparkSession
-    per_split = frame.groupBy("file", "block").agg(F.min("mid").alias("first_mid"), F.count("*").alias("lines"))
-    in_file = Window.partitionBy("file").orderBy("block").rowsBetween(Window.unboundedPreceding, -1)
+    per_split = frame.groupBy("file_id", "block").agg(F.min("mid").alias("first_mid"), F.count("*").alias("lines"))
+    in_file = Window.partitionBy("file_id").orderBy("block").rowsBetween(Window.unboundedPreceding, -1)
     result = per_split.select(
-        "file",
+        "file_id",
         "block",
         "first_mid",
         "lines",
@@ -191,8 +234,8 @@ class LineIndex:
 
 
 def with_line(frame: DataFrame, split_table: DataFrame) -> DataFrame:
-    """Adds `line` (1-based within the file) to rows that carry file, block and mid."""
-    joined = frame.join(F.broadcast(split_table.drop("lines")), ["file", "block"], "left")
+    """Adds `line` (1-based within the file) to rows that carry file_id, block and mid."""
+    joined = frame.join(F.broadcast(split_table.drop("lines")), ["file_id", "block"], "left")
     return joined.withColumn("line", F.col("mid") - F.col("first_mid") + F.col("lines_before") + 1).drop(
         "first_mid", "lines_before"
     )
@@ -283,14 +326,14 @@ def bad_reason() -> Column:
 
 
 def parse(lines: DataFrame) -> DataFrame:
-    """Typed columns of schema.FIELDS, plus file, block, mid, status and kind_group; the
+    """Typed columns of schema.FIELDS, plus file_id, block, mid, status and kind_group; the
     raw text is kept for malformed lines only. Columns derived from these (cluster, node_role,
     node_id) are computed when the table is read, which is cheaper than storing them."""
     # The line's text is at hand: no corrupt-record column (see record_schema).
     parsed = F.from_json(F.col("value"), record_schema(), {"mode": "PERMISSIVE"})
     return classify(
         lines.select(
-            "file",
+            "file_id",
             "block",
             "mid",
             "value",
@@ -300,7 +343,7 @@ def parse(lines: DataFrame) -> DataFrame:
 
 
 def classify(typed: DataFrame) -> DataFrame:
-    """Adds status and kind_group to parsed lines (file, block, mid, value and the typed fields),
+    """Adds status and kind_group to parsed lines (file_id, block, mid, value and the typed fields),
     keeping the text of malformed lines only."""
     return (
         typed.withColumn("status", F.when(is_malformed(), F.lit("bad")).otherwise(F.lit("ok")))
@@ -319,7 +362,7 @@ def classify(typed: DataFrame) -> DataFrame:
 def events_schema() -> T.StructType:
     fields = [T.StructField(name, _SPARK_TYPES[kind]) for name, kind in schema.FIELDS]
     extra = [
-        T.StructField("file", T.StringType()),
+        T.StructField("file_id", T.IntegerType()),
         T.StructField("block", T.LongType()),
         T.StructField("mid", T.LongType()),
         T.StructField("value", T.StringType()),
@@ -331,8 +374,22 @@ def events_schema() -> T.StructType:
 
 def ingest(spark: SparkSession, inputs: Sequence[str], out: str, prefetch: census.Prefetch | None = None) -> None:
     """Parse every line once into OUTDIR/events, partitioned by status and kind so that each
-    analysis reads only the kinds it needs."""
-    write_events(read_records(spark, inputs, prefetch), out)
+    analysis reads only the kinds it needs, and name the files it indexes in OUTDIR/files."""
+    records = read_records(spark, inputs, prefetch)
+    records.files.coalesce(1).write.mode("overwrite").parquet(f"{out}/files")
+    write_events(records.lines, out)
+
+
+def files(spark: SparkSession, out: str) -> DataFrame:
+    """The files table (file_id, file) as `ingest` wrote it, as a local frame (one row per file),
+    so that the joins with it broadcast without a scan of its own."""
+    table = spark.read.parquet(f"{out}/files")
+    return spark.createDataFrame(table.collect(), table.schema)
+
+
+def with_file_name(frame: DataFrame, files_table: DataFrame) -> DataFrame:
+    """Adds `file` (the name) to rows that carry a file_id."""
+    return frame.join(F.broadcast(files_table), "file_id", "left")
 
 
 def write_events(records: DataFrame, out: str) -> None:
@@ -355,23 +412,25 @@ def with_node_columns(frame: DataFrame) -> DataFrame:
     return frame.withColumn("node_role", _node_role()).withColumn("node_id", _node_id())
 
 
-def events(spark: SparkSession, out: str, cluster_by: ClusterBy) -> DataFrame:
-    """The usable records, as written by `ingest`, with cluster, node_role and node_id."""
+def events(spark: SparkSession, out: str, cluster_by: ClusterBy, files_table: DataFrame | None = None) -> DataFrame:
+    """The usable records, as written by `ingest`, with cluster, node_role and node_id.
+    `files_table`: the files table (`files`), when at hand already."""
     table = spark.read.schema(events_schema()).parquet(f"{out}/events")
-    return with_node_columns(
-        table.filter(F.col("status") == "ok")
-        .drop("status", "value")
-        .withColumn("cluster", cluster_by.column(F.col("file")))
-    )
+    usable = table.filter(F.col("status") == "ok").drop("status", "value")
+    if cluster_by.mode == "dir" and files_table is None:
+        files_table = files(spark, out)
+    return with_node_columns(cluster_by.attach(usable, files_table))
 
 
-def bad_records(spark: SparkSession, out: str, split_table: DataFrame | None, cluster_by: ClusterBy) -> DataFrame:
+def bad_records(
+    spark: SparkSession, out: str, split_table: DataFrame | None, cluster_by: ClusterBy, files_table: DataFrame
+) -> DataFrame:
     """The malformed lines with file, line number, reason and text; `split_table` None when
     there are none (an empty table then, without computing line numbers)."""
     table = spark.read.schema(events_schema()).parquet(f"{out}/events").filter(F.col("status") == "bad")
-    table = table.withColumn("cluster", cluster_by.column(F.col("file")))
+    table = with_file_name(cluster_by.attach(table, files_table), files_table)
     lined = (
-        _with_text_read_again(spark, with_line(table, split_table))
+        _with_text_read_again(spark, with_line(table, split_table), files_table)
         if split_table is not None
         else table.limit(0).withColumn("line", F.lit(None).cast("long"))
     )
@@ -384,7 +443,7 @@ def bad_records(spark: SparkSession, out: str, split_table: DataFrame | None, cl
     )
 
 
-def _with_text_read_again(spark: SparkSession, lined: DataFrame) -> DataFrame:
+def _with_text_read_again(spark: SparkSession, lined: DataFrame, files_table: DataFrame) -> DataFrame:
     """Fills in the text of malformed lines that the JSON reader read (it keeps no text) by
     reading their files again, line by line: a pass over those files only, and only when
     there are such lines."""
@@ -392,12 +451,12 @@ def _with_text_read_again(spark: SparkSession, lined: DataFrame) -> DataFrame:
     if not files:
         return lined
     # `file` is Spark's URL-encoded file URI; Spark reads a path as list_inputs names it (decoded).
-    lines = read_lines(spark, [unquote(file) for file in files])
+    lines = read_lines(spark, [unquote(file) for file in files], files_table)
     texts = with_line(lines, splits_of(lines)).select(
-        "file", "line", F.substring("value", 1, MAX_BAD_VALUE_CHARS).alias("text")
+        "file_id", "line", F.substring("value", 1, MAX_BAD_VALUE_CHARS).alias("text")
     )
     return (
-        lined.join(texts, ["file", "line"], "left")
+        lined.join(texts, ["file_id", "line"], "left")
         .withColumn("value", F.coalesce(F.col("value"), F.col("text")))
         .drop("text")
     )

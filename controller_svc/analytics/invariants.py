@@ -44,16 +44,16 @@ def single_controller_per_epoch(events: DataFrame) -> DataFrame:
     elected = of_kind(events, "controller.elected")
     claims = (
         elected.select(
-            "cluster", "controller_epoch", F.col("controller_id").alias("claimant"), "ts", "file", "block", "mid"
+            "cluster", "controller_epoch", F.col("controller_id").alias("claimant"), "ts", "file_id", "block", "mid"
         )
         .unionByName(
             of_role(of_kind(events, "request.sent"), "controller").select(
-                "cluster", "controller_epoch", F.col("node_id").alias("claimant"), "ts", "file", "block", "mid"
+                "cluster", "controller_epoch", F.col("node_id").alias("claimant"), "ts", "file_id", "block", "mid"
             )
         )
         .unionByName(
             of_kind(events, "request.received").select(
-                "cluster", "controller_epoch", F.col("controller_id").alias("claimant"), "ts", "file", "block", "mid"
+                "cluster", "controller_epoch", F.col("controller_id").alias("claimant"), "ts", "file_id", "block", "mid"
             )
         )
     )

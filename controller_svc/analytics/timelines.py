@@ -2,8 +2,9 @@
 leadership, offline intervals and control-request latency. DataFrame in, DataFrame out: only
 the small results the report plots ever reach the driver.
 
-Records of one node are ordered by (ts, file, block, mid): the file's line order breaks ties
-inside a millisecond, which the controller's own records (broker change, then elections) rely on.
+Records of one node are ordered by (ts, file_id, block, mid): the file's line order breaks ties
+inside a millisecond, which the controller's own records (broker change, then elections) rely on
+(file_id is the file's rank by name, ingest.file_table).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pyspark.sql import functions as F
 from controller_svc.analytics import schema
 from controller_svc.analytics.ingest import with_node_columns
 
-POSITION_COLUMNS = ("ts", "file", "block", "mid")
+POSITION_COLUMNS = ("ts", "file_id", "block", "mid")
 
 
 class HeldFrames:
@@ -46,7 +47,7 @@ def position() -> Column:
 
 def ref() -> Column:
     """A record's identity in the events table, resolved to file:line only for what is reported."""
-    return F.struct("file", "block", "mid")
+    return F.struct("file_id", "block", "mid")
 
 
 def of_kind(events: DataFrame, kind: str) -> DataFrame:
@@ -444,7 +445,7 @@ def failover_incidents(
 def leadership(events: DataFrame) -> DataFrame:
     """Every leader change the controllers recorded, with how long it lasted: elections and
     the controller's leader -1 (partition.offline)."""
-    common = ["cluster", "topic", "partition", "ts", "file", "block", "mid", "controller_epoch"]
+    common = ["cluster", "topic", "partition", "ts", "file_id", "block", "mid", "controller_epoch"]
     elected = of_kind(events, "partition.leader_elected").select(
         *common,
         "leader",
@@ -468,7 +469,7 @@ def leadership(events: DataFrame) -> DataFrame:
     changes = elected.unionByName(offline)
     # The numeric key first: Spark's sort compares a prefix of the first key, and cluster is often constant.
     per_partition = Window.partitionBy("partition", "topic", "cluster").orderBy(
-        "ts", "leader_epoch", "file", "block", "mid"
+        "ts", "leader_epoch", "file_id", "block", "mid"
     )
     return changes.select(
         "*",

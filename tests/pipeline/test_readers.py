@@ -51,7 +51,7 @@ def test_the_json_reader_and_the_line_reader_agree_line_for_line(spark: Any, tmp
     path = _write(tmp_path / "logs", "broker-1.state-change.jsonl", [line for line, _ in LINES])
     files = ingest.list_inputs(spark, [str(tmp_path / "logs")])
     assert census.plan(files).json_reader == tuple(files)
-    columns = ["file", "block", "mid", "status", "kind_group", *[name for name, _ in schema.FIELDS]]
+    columns = ["file_id", "block", "mid", "status", "kind_group", *[name for name, _ in schema.FIELDS]]
     by_json = ingest.json_reader_records(spark, files).orderBy("mid").collect()
     by_text = ingest.parse(ingest.read_lines(spark, files)).orderBy("mid").collect()
     assert len(by_json) == len(by_text) == len(LINES)
@@ -65,9 +65,7 @@ def test_the_json_reader_and_the_line_reader_agree_line_for_line(spark: Any, tmp
     assert path.stat().st_size > 0
 
 
-def test_malformed_lines_keep_file_line_and_text_whichever_reader_read_them(
-    spark: Any, tmp_path: pathlib.Path
-) -> None:
+def test_malformed_lines_keep_file_line_and_text_whichever_reader_read_them(spark: Any, tmp_path: pathlib.Path) -> None:
     from pyspark.sql import functions as F
 
     from controller_svc.analytics import job
@@ -90,5 +88,42 @@ def test_malformed_lines_keep_file_line_and_text_whichever_reader_read_them(
     # The regular file really went through the JSON reader: the events table lacks the text of
     # its malformed lines (bad_records read them again); the other file's has all.
     events = spark.read.parquet(str(tmp_path / "out" / "events")).filter(F.col("status") == "bad")
-    textless = events.filter(F.col("value").isNull()).select("file").distinct().collect()
+    files = spark.read.parquet(str(tmp_path / "out" / "files"))
+    textless = events.filter(F.col("value").isNull()).select("file_id").distinct().join(files, "file_id").collect()
     assert [row["file"].rsplit("/", 1)[-1] for row in textless] == [regular.name]
+    # The files table names both files by Spark's escaped URIs, ranked by name.
+    assert [(row["file_id"], row["file"].rsplit("/", 1)[-1]) for row in files.orderBy("file_id").collect()] == [
+        (0, regular.name),
+        (1, irregular.name),
+    ]
+
+
+def test_records_of_a_file_the_files_table_does_not_name_stop_the_job(
+    spark: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file whose scan names it otherwise than the files table (ingest.file_table) would leave
+    its records without a file_id: the job refuses them rather than analysing them unidentified
+    (or, with an inner join, silently without them)."""
+    from controller_svc.analytics import ingest, job
+
+    logs = tmp_path / "logs"
+    _write(logs, "broker-1.state-change.jsonl", [line for line, why in LINES if why is None])
+    _write(logs, "broker-2.state-change.jsonl", [line for line, why in LINES if why is None])
+    named = ingest.file_table
+
+    def one_named_otherwise(spark_: Any, files: Any) -> Any:
+        table = named(spark_, files)
+        from pyspark.sql import functions as F
+
+        return table.withColumn(
+            "file",
+            F.when(F.col("file").endswith("broker-2.state-change.jsonl"), F.lit("elsewhere")).otherwise(F.col("file")),
+        )
+
+    monkeypatch.setattr(ingest, "file_table", one_named_otherwise)
+    with pytest.raises(RuntimeError, match=r"^\d+ records of files the files table does not name"):
+        job.analyze(spark, [str(logs)], str(tmp_path / "out"))
+    monkeypatch.undo()
+    assert job.analyze(spark, [str(logs)], str(tmp_path / "out")).summary["events"] == 2 * sum(
+        why is None for _, why in LINES
+    )

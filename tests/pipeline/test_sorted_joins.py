@@ -16,11 +16,11 @@ import pytest
 pytestmark = pytest.mark.pipeline
 
 SEEDS = (1, 2, 3)
-POS = "struct<ts: bigint, file: string, block: bigint, mid: bigint>"
+POS = "struct<ts: bigint, file_id: int, block: bigint, mid: bigint>"
 
 
-def _pos(ts: int, file: str, mid: int) -> tuple[int, str, int, int]:
-    return (ts, file, 0, mid)
+def _pos(ts: int, file_id: int, mid: int) -> tuple[int, int, int, int]:
+    return (ts, file_id, 0, mid)
 
 
 def persisted(spark: Any) -> set[int]:
@@ -95,18 +95,18 @@ def test_first_loss_in_tenure_is_the_earliest_loss_while_leading(
     for partition in range(12):
         starts = sorted(times.pop() for _ in range(rng.randint(1, 8)))
         for i, start in enumerate(starts):
-            until = _pos(starts[i + 1], "controller-1", 10 * starts[i + 1]) if i + 1 < len(starts) else None
-            led.append(("c", "t", partition, rng.randint(1, 4), i, _pos(start, "controller-1", 10 * start), until))
+            until = _pos(starts[i + 1], 1, 10 * starts[i + 1]) if i + 1 < len(starts) else None
+            led.append(("c", "t", partition, rng.randint(1, 4), i, _pos(start, 1, 10 * start), until))
     losses = []
     for _ in range(60):
         ts = times.pop()
-        losses.append(("c", _pos(ts, "controller-1", 10 * ts), ts, rng.randint(1, 4), "broker_deregistered", ts - 3))
+        losses.append(("c", _pos(ts, 1, 10 * ts), ts, rng.randint(1, 4), "broker_deregistered", ts - 3))
     # Losses in the millisecond a leadership starts or ends, just before or just after its record.
     for _ in range(30):
         tenure = rng.choice(led)
         bound = rng.choice([tenure[5], tenure[6] or tenure[5]])
         mid = bound[3] + rng.choice([-1, 1])
-        losses.append(("c", _pos(bound[0], "controller-1", mid), bound[0], tenure[3], "broker_bounced", bound[0] - 1))
+        losses.append(("c", _pos(bound[0], 1, mid), bound[0], tenure[3], "broker_bounced", bound[0] - 1))
     led_frame = spark.createDataFrame(
         led,
         f"cluster string, topic string, partition bigint, broker bigint, leader_epoch bigint, "
@@ -162,7 +162,7 @@ def test_leader_epoch_regression_counts_restarts_between_reapplications(spark: A
             mid += 1
             ts += rng.choice([0, 0, 1, 2, 5])
             kind = rng.choices(["role", "started"], weights=[30, 1 if node != "broker-3" else 0])[0]
-            row: dict[str, Any] = {"ts": ts, "node": node, "file": f"{node}.log", "block": 0, "mid": mid}
+            row: dict[str, Any] = {"ts": ts, "node": node, "file_id": int(node[-1]), "block": 0, "mid": mid}
             if kind == "started":
                 rows.append({**row, "kind": "broker.started", "broker_id": int(node[-1])})
                 continue
@@ -185,7 +185,7 @@ def test_leader_epoch_regression_counts_restarts_between_reapplications(spark: A
 
     expected: set[tuple[int, int]] = set()
     lower = same_epoch = allowed_after_restart = 0
-    by_position = sorted(rows, key=lambda r: (r["ts"], r["file"], r["block"], r["mid"]))
+    by_position = sorted(rows, key=lambda r: (r["ts"], r["file_id"], r["block"], r["mid"]))
     starts_before: dict[str, int] = {}  # incarnation: starts at or before the current record
     history: dict[tuple[str, int], tuple[int, list[tuple[int, int, int, int]]]] = {}
     for r in by_position:
@@ -238,7 +238,7 @@ def _events(spark: Any, rows: list[dict[str, Any]]) -> Any:
 
     from controller_svc.analytics import ingest, schema
 
-    fields = [f for f in ingest.events_schema().fields if f.name in {*dict(schema.FIELDS), "file", "block", "mid"}]
+    fields = [f for f in ingest.events_schema().fields if f.name in {*dict(schema.FIELDS), "file_id", "block", "mid"}]
     frame = spark.createDataFrame([tuple(r.get(f.name) for f in fields) for r in rows], T.StructType(fields))
     return (
         frame.withColumn("kind_group", F.col("kind"))
