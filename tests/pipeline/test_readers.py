@@ -68,7 +68,7 @@ def test_the_json_reader_and_the_line_reader_agree_line_for_line(spark: Any, tmp
 def test_malformed_lines_keep_file_line_and_text_whichever_reader_read_them(spark: Any, tmp_path: pathlib.Path) -> None:
     from pyspark.sql import functions as F
 
-    from controller_svc.analytics import job
+    from controller_svc.analytics import ingest, job
 
     logs = tmp_path / "lo gs%41#1"  # a path Spark's file URI escapes
     regular = _write(logs, "broker-1.state-change.jsonl", [line for line, _ in LINES])
@@ -87,7 +87,7 @@ def test_malformed_lines_keep_file_line_and_text_whichever_reader_read_them(spar
     assert outcome.summary["events"] == 2 * sum(why is None for _, why in LINES)
     # The regular file really went through the JSON reader: the events table lacks the text of
     # its malformed lines (bad_records read them again); the other file's has all.
-    events = spark.read.parquet(str(tmp_path / "out" / "events")).filter(F.col("status") == "bad")
+    events = ingest.events_table(spark, str(tmp_path / "out")).filter(F.col("status") == "bad")
     files = spark.read.parquet(str(tmp_path / "out" / "files"))
     textless = events.filter(F.col("value").isNull()).select("file_id").distinct().join(files, "file_id").collect()
     assert [row["file"].rsplit("/", 1)[-1] for row in textless] == [regular.name]

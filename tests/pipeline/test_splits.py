@@ -44,7 +44,7 @@ def _log(directory: pathlib.Path, shape: str) -> pathlib.Path:
 def test_line_numbers_are_exact_across_file_splits(spark: Any, tmp_path: pathlib.Path, shape: str) -> None:
     from pyspark.sql import functions as F
 
-    from controller_svc.analytics import census, job
+    from controller_svc.analytics import census, ingest, job
 
     logs = _log(tmp_path / "logs", shape)
     file = f"file:{logs / 'broker-1.state-change.jsonl'}"
@@ -54,7 +54,7 @@ def test_line_numbers_are_exact_across_file_splits(spark: Any, tmp_path: pathlib
         outcome = job.analyze(spark, [str(logs)], str(tmp_path / "out"))
     finally:
         spark.conf.unset(SPLIT_CONF)
-    events = spark.read.parquet(str(tmp_path / "out" / "events"))
+    events = ingest.events_table(spark, str(tmp_path / "out"))
     size = (logs / "broker-1.state-change.jsonl").stat().st_size
     # The file really was read in pieces: one block per split.
     assert events.select("block").distinct().count() == -(-size // TINY_SPLIT) > 5
