@@ -12,7 +12,8 @@ archive is only ever used whole. It is written under a temporary name, renamed i
 after its JVM exited cleanly, with a sidecar giving its size; one whose size differs is
 deleted and recorded again. The name carries everything the JVM checks the archive against
 (Java build, PySpark version, JVM options), so an upgrade records a new archive rather than
-start from a mismatched one (which the JVM would refuse, falling back to loading the jars).
+start from a mismatched one (which the JVM would refuse, falling back to loading the jars), and
+a digest of the analytics' code (session.job_code_digest), which decides the classes a run loads.
 
 A Java runtime that cannot record one (no base CDS archive to extend, as in a runtime made by
 jlink, or `-Xshare:off`) is found out before the first recording by a JVM that only prints its

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import pathlib
@@ -96,13 +97,26 @@ def driver_java_options() -> str:
     return f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()} {JIT_OPTIONS}"
 
 
+def job_code_digest(package: pathlib.Path = pathlib.Path(__file__).parent) -> str:
+    """A digest of the analytics' own modules. Which of Spark's classes a run loads depends on
+    this code as well (the events table's format brings in ORC's writer and reader), and an
+    archive recorded by an older version would leave the new classes to be loaded from the jars
+    on every cold start; a change of the code records the archive again (once)."""
+    digest = hashlib.sha256()
+    for source in sorted(package.glob("*.py")):
+        digest.update(source.name.encode("utf-8") + b"\0" + source.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
 def locate_class_archive(java_setup: str) -> class_archive.ClassArchive | None:
     """This machine's class archive for the driver JVM as build() starts it (class_archive.py):
-    keyed by the Java build, the PySpark installation (its jars are the class path) and the
-    JVM options."""
+    keyed by the Java build, the PySpark installation (its jars are the class path), the JVM
+    options and the analytics' code (job_code_digest)."""
     import pyspark
 
-    setup = "\n".join([java_setup, pyspark.__version__, os.path.realpath(pyspark.__file__), driver_java_options()])
+    setup = "\n".join(
+        [java_setup, pyspark.__version__, os.path.realpath(pyspark.__file__), driver_java_options(), job_code_digest()]
+    )
     archive = class_archive.locate(setup)
     if archive is not None and archive.recording_wanted():
         archive.check_can_record(java_setup.partition("\n")[0])

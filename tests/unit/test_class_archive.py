@@ -196,3 +196,30 @@ def test_the_java_build_identity_ignores_options_from_the_environment(
     noted = session.java_version_banner(str(java))
     assert plain == noted == 'openjdk version "17.0.15" 2025-04-15\n'
     assert session.java_major_version(plain) == 17
+
+
+def test_a_change_of_the_analytics_code_records_the_archive_again(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Which Spark classes a run loads depends on the job's code (the events table's format):
+    the archive's key carries a digest of that code."""
+    pytest.importorskip("pyspark")
+    from controller_svc.analytics import session
+
+    package = tmp_path / "analytics"
+    package.mkdir()
+    (package / "ingest.py").write_text("FORMAT = 'parquet'\n")
+    before = session.job_code_digest(package)
+    assert session.job_code_digest(package) == before
+    (package / "ingest.py").write_text("FORMAT = 'orc'\n")
+    edited = session.job_code_digest(package)
+    (package / "job.py").write_text("")
+    added = session.job_code_digest(package)
+    assert len({before, edited, added}) == 3
+
+    setups: list[str] = []
+    monkeypatch.setattr(class_archive, "locate", lambda setup: setups.append(setup))
+    for digest in ("one", "two"):
+        monkeypatch.setattr(session, "job_code_digest", lambda digest=digest: digest)
+        assert session.locate_class_archive("java 17") is None
+    assert setups[0] != setups[1] and setups[0].endswith("\none") and setups[1].endswith("\ntwo")
