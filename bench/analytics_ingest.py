@@ -5,7 +5,7 @@
 The ingest (`controller_svc.analytics.ingest.ingest`) scans each file's bytes (census.py), parses
 the files of one JSON object per line with Spark's JSON reader and any other file line by line
 (text reader and `from_json`), classifies every line (malformed or not) and writes the `events`
-table, ORC partitioned by status and kind. At 10M events it is about half of the whole
+table, Parquet partitioned by status and kind. At 10M events it is about half of the whole
 analysis, so this splits it, in one warm JVM on the same files (the synthetic histories of
 bench.analytics):
 

@@ -3,8 +3,9 @@
 One pass parses every line (with Spark's JSON reader where a scan of the file's bytes shows it
 reads one row per line, census.py; line by line with `from_json` elsewhere); malformed lines
 stay in the table (status `bad`), their reason worked out when they are read, and never stop
-the job. The table is written to OUTDIR/events (ORC, see EVENTS_FORMAT) partitioned by status
-and kind, and every analysis reads back only its kinds and columns, so the JSON is parsed once.
+the job. The table is written to OUTDIR/events
+partitioned by status and kind, and every analysis reads back only its kinds and columns, so
+the JSON is parsed once.
 
 A record is identified by (file_id, block, mid): its file's rank among the input files (by
 name; OUTDIR/files names each), the byte offset of the file split it was read from and an id
@@ -31,12 +32,6 @@ log = logging.getLogger("analytics")
 
 STATE_CHANGE_GLOB = "*.state-change.jsonl*"  # also .jsonl.gz: Spark decompresses by extension
 MAX_BAD_VALUE_CHARS = 2000
-# The events table is the job's own working copy of the parse; the tables the analyses write are
-# Parquet. ORC, because its writer takes the rows' many absent fields (36 columns, a handful set
-# in any record) for less than parquet-mr, which walks every missing field and list of each row:
-# 10M events, warm, interleaved: the ingest 30.6 s against 33-35 s, the whole job 65-67 s
-# against 66-73 s; its scans read as fast (issue 13's notes).
-EVENTS_FORMAT = "orc"
 
 _SPARK_TYPES: dict[str, T.DataType] = {
     schema.LONG: T.LongType(),
@@ -409,13 +404,12 @@ def with_file_name(frame: DataFrame, files_table: DataFrame) -> DataFrame:
 
 def write_events(records: DataFrame, out: str) -> None:
     """The events table: parsed and classified lines, partitioned by status and kind."""
-    writer = records.write.mode("overwrite").partitionBy("status", "kind_group").format(EVENTS_FORMAT)
-    writer.option("compression", "zstd").save(f"{out}/events")
+    records.write.mode("overwrite").partitionBy("status", "kind_group").parquet(f"{out}/events")
 
 
 def events_table(spark: SparkSession, out: str) -> DataFrame:
     """Every row of the events table as `ingest` wrote it (status and kind_group included)."""
-    return spark.read.schema(events_schema()).format(EVENTS_FORMAT).load(f"{out}/events")
+    return spark.read.schema(events_schema()).parquet(f"{out}/events")
 
 
 def _node_role() -> Column:

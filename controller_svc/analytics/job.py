@@ -1,8 +1,7 @@
 """`controller-svc analyze`: parse the logs once, write every table, then summarise.
 
-Tables under OUTDIR (Parquet; the events table ORC, see ingest.EVENTS_FORMAT): events, files,
-bad_records, controller_tenures, failover_incidents, leadership, offline_intervals,
-request_latency, violations. Only aggregates and bounded samples
+Tables (Parquet under OUTDIR): events, files, bad_records, controller_tenures, failover_incidents,
+leadership, offline_intervals, request_latency, violations. Only aggregates and bounded samples
 (at most a few thousand rows) are collected to the driver, for summary.json and report.html.
 """
 

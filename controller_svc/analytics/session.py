@@ -99,9 +99,9 @@ def driver_java_options() -> str:
 
 def job_code_digest(package: pathlib.Path = pathlib.Path(__file__).parent) -> str:
     """A digest of the analytics' own modules. Which of Spark's classes a run loads depends on
-    this code as well (the events table's format brings in ORC's writer and reader), and an
-    archive recorded by an older version would leave the new classes to be loaded from the jars
-    on every cold start; a change of the code records the archive again (once)."""
+    this code as well (another format for the events table, say, brings in another writer and
+    reader), and an archive recorded by an older version would leave the new classes to be
+    loaded from the jars on every cold start: a change of the code records it again (once)."""
     digest = hashlib.sha256()
     for source in sorted(package.glob("*.py")):
         digest.update(source.name.encode("utf-8") + b"\0" + source.read_bytes() + b"\0")

@@ -1,4 +1,4 @@
-"""What the analyses read from the events table: a role's records through a filter its reader can use."""
+"""What the analyses read from the events table: a role's records through a filter Parquet can use."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ RECORDS_PER_NODE = 40
 
 
 def _scanned_rows(frame: Any) -> int:
-    """Rows the events table's scan of `frame` handed on after skipping files by their statistics."""
+    """Rows the Parquet scan of `frame` handed on after skipping files by their statistics."""
     frame.collect()
     plan = frame._jdf.queryExecution().executedPlan()
     if "Adaptive" in plan.getClass().getName():
@@ -47,7 +47,7 @@ def test_of_role_keeps_the_derived_role_and_skips_other_nodes_files(
     for node in NODES:
         lines = [json.dumps({"ts": 1000 + i, "node": node, "kind": "node.alive"}) for i in range(RECORDS_PER_NODE)]
         (logs / f"{node}.state-change.jsonl").write_text("\n".join(lines) + "\n")
-    # One task, and so one file of the events table, per log file: as with logs of real size.
+    # One task, and so one Parquet file, per log file: as with logs of real size.
     spark.conf.set("spark.sql.files.openCostInBytes", str(1 << 30))
     try:
         ingest.ingest(spark, [str(logs)], str(tmp_path / "out"))
@@ -60,7 +60,7 @@ def test_of_role_keeps_the_derived_role_and_skips_other_nodes_files(
         row["node"] for row in events.filter(F.col("node_role") == role).select("node").distinct().collect()
     )
     assert got == derived == [n for n in ("controller-1", "controller-2", "broker-1", "broker-2") if n.startswith(role)]
-    # The prefix reaches the reader: only the files of nodes named `role-...` are read
+    # The prefix reaches Parquet: only the files of nodes named `role-...` are read
     # ("broker-x" is read and then dropped by the derived role: it has no numeric id).
     read_nodes = [n for n in NODES if n.startswith(f"{role}-")]
     assert _scanned_rows(of_role(events, role).select("node")) == RECORDS_PER_NODE * len(read_nodes)
