@@ -21,6 +21,15 @@ log = logging.getLogger("analytics")
 
 LOG4J_CONFIG = pathlib.Path(__file__).with_name("log4j2.properties")
 JIT_OPTIONS = "-XX:-DontCompileHugeMethods -XX:+UseParallelGC"
+# Spark keeps the classes it generates for a query's code (whole-stage code, projections,
+# orderings) in a cache of 100 by default. One analysis compiles about 560 distinct ones, so with
+# 100 every later run in the same JVM (a notebook, a service, the benchmark's warm runs) compiled
+# them all again: ~585 per 1M-event run, ~3 s of Janino on the driver while the cores waited.
+# With room for a few runs' classes, a later run compiles a few dozen at most (those of plans
+# that adaptive execution shaped differently this time; 1M events, warm JVM: 22.5 -> 16.7 s).
+# A new process gains little (a run reuses few of its own classes). A class costs a few KB to
+# a few hundred KB of metaspace.
+CODEGEN_CACHE_ENTRIES = 2000
 
 
 class SparkUnavailableError(RuntimeError):
@@ -144,6 +153,7 @@ def build(
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.adaptive.enabled": "true",
+        "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES),
         "spark.sql.parquet.compression.codec": "zstd",
         # The job caches a few frames it reads twice (the leadership timeline: 827k rows at 10M
         # events) and only until the tables built from them are written: compressing their
@@ -158,8 +168,10 @@ def build(
         "spark.executor.extraJavaOptions": JIT_OPTIONS,
     }
     if is_local(master):
-        # Spark's default of 200 shuffle partitions is made for clusters; a laptop wants a few per core.
-        settings["spark.sql.shuffle.partitions"] = str(max(4, 2 * local_cores(master)))
+        # Spark's default of 200 shuffle partitions is made for clusters; locally, one per core:
+        # two per core (4 on 2 cores) left more tasks and stages' tails for the same work (1M
+        # events warm: 21.3 -> 19.9 s, medians of 3 interleaved; 10M: no change beyond the noise).
+        settings["spark.sql.shuffle.partitions"] = str(max(2, local_cores(master)))
         settings["spark.driver.memory"] = default_driver_memory()
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     settings.update(conf or {})
