@@ -270,6 +270,82 @@ def test_the_ingest_status_and_the_reason_read_later_agree(spark: Any, tmp_path:
     assert parsed.filter(F.col("status") == "ok").filter(F.col("value").isNotNull()).count() == 0
 
 
+def _expected_reason(row: dict[str, Any]) -> str | None:
+    """Contract 5's reading of a parsed line, in plain Python: the oracle for ingest.bad_reason."""
+    if row["value"] == "":
+        return "empty line"
+    ts, node, kind = row["ts"], row["node"], row["kind"]
+    if ts is None and node is None and kind is None:
+        return "not a JSON object with ts, node and kind"
+    if ts is None:
+        return "ts missing or not an integer"
+    if ts <= 0:
+        return "ts is not a positive number of milliseconds"
+    if node is None:
+        return "node missing"
+    if kind is None:
+        return "kind missing"
+    missing = [f for f in schema.REQUIRED.get(kind, ()) if row[f] is None]
+    if missing:
+        return f"{kind} without (or with a mistyped) {', '.join(missing)}"
+    for field, values in schema.ALLOWED_VALUES.get(kind, {}).items():
+        if row[field] is not None and row[field] not in values:
+            return f"{kind}: {field} {row[field]} is not one of {', '.join(values)}"
+    return None
+
+
+def _validation_rows() -> list[dict[str, Any]]:
+    """Parsed lines that take every branch of the validation: each kind complete, without each
+    required field, without all, with each closed-set field outside its set (two at once too)."""
+    sample = {schema.LONG: 3, schema.DOUBLE: 1.5, schema.STRING: "x", schema.BOOLEAN: False, schema.LONG_ARRAY: [1]}
+    kinds = dict(schema.FIELDS)
+    empty = {name: None for name in kinds} | {"value": None}
+
+    def complete(kind: str) -> dict[str, Any]:
+        row = empty | {"ts": 1000, "node": "broker-1", "kind": kind}
+        for field in schema.REQUIRED.get(kind, ()):
+            row[field] = sample[kinds[field]]
+        for field, values in schema.ALLOWED_VALUES.get(kind, {}).items():
+            row[field] = values[-1]
+        return row
+
+    rows = [
+        empty | {"value": ""},
+        empty | {"value": "not json"},
+        empty | {"node": "broker-1", "kind": "node.alive"},
+        empty | {"ts": 0, "node": "broker-1", "kind": "node.alive"},
+        empty | {"ts": -5, "node": "broker-1", "kind": "node.alive", "value": "{}"},
+        empty | {"ts": 1000, "kind": "node.alive"},
+        empty | {"ts": 1000, "node": "broker-1"},
+        empty | {"ts": 1000, "node": "broker-1", "kind": "some.future_kind"},
+    ]
+    for kind, required in schema.REQUIRED.items():
+        rows.append(complete(kind))
+        rows.extend(complete(kind) | {field: None} for field in required)
+        rows.append(complete(kind) | {field: None for field in required})
+    for kind, allowed in schema.ALLOWED_VALUES.items():
+        rows.extend(complete(kind) | {field: "it's \\ bogus"} for field in allowed)
+        rows.append(complete(kind) | {field: "bogus" for field in allowed})
+    return rows
+
+
+def test_the_validation_gives_contract_5s_reason_for_every_branch(spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    from controller_svc.analytics import ingest
+
+    rows = _validation_rows()
+    frame_schema = ingest.record_schema().add("value", "string").add("i", "integer")
+    frame = spark.createDataFrame([row | {"i": i} for i, row in enumerate(rows)], frame_schema)
+    got = frame.select("i", ingest.is_malformed().alias("bad"), ingest.bad_reason().alias("reason")).orderBy("i")
+    results = got.collect()
+    assert len(results) == len(rows) > 60
+    for row, result in zip(rows, results, strict=True):
+        expected = _expected_reason(row)
+        assert (result["reason"], bool(result["bad"])) == (expected, expected is not None), row
+    assert frame.filter(F.col("kind") == "partition.role_changed").filter(ingest.is_malformed()).count() > 0
+
+
 def test_generated_history_with_injected_violations(spark: Any, tmp_path: pathlib.Path) -> None:
     inject = {name: n for name, n in zip(schema.INVARIANTS, (2, 3, 4, 3), strict=True)}
     expected = synthetic.generate(tmp_path / "logs", 60_000, brokers=6, partitions=300, seed=7, inject=inject)
