@@ -170,7 +170,7 @@ def build(
     if is_local(master):
         # Spark's default of 200 shuffle partitions is made for clusters; locally, one per core:
         # two per core (4 on 2 cores) left more tasks and stages' tails for the same work (1M
-        # events warm: 21.3 -> 19.9 s, medians of 3 interleaved; 10M: no change beyond the noise).
+        # events warm: 21.4 -> 19.7 s, medians of 3 interleaved; 10M: no change beyond the noise).
         settings["spark.sql.shuffle.partitions"] = str(max(2, local_cores(master)))
         settings["spark.driver.memory"] = default_driver_memory()
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
