@@ -16,7 +16,17 @@ bench.analytics):
   census, the parse, the classification, no write;
 - `ingest_s`: the ingest as the job runs it; `ingest_s - parse_classify_s` is the table's write;
 - `line_by_line_ingest_s`: the same ingest with every file read line by line, as every file
-  was before the census (`from_json` parses each line through a java.io.Reader: slower).
+  was before the census (`from_json` parses each line through a java.io.Reader: slower);
+- `envelope_write_s`: the ingest's query writing, partitioned as the events table is, only the
+  columns every row has a value in (ts, node, kind and the table's own: file_id, block, mid,
+  value, status, kind_group), none of the kinds' own fields;
+- `null_fields_write_s`: the same with the kinds' 27 fields as well, each null in every row
+  (a condition the optimizer cannot fold: null unless `mid` < 0, which it never is).
+
+So `envelope_write_s - parse_classify_s` is what a table of only those columns costs to write,
+`null_fields_write_s - envelope_write_s` what the fields' nulls alone cost (every row carries
+every field, null where its kind has none: most of them, in most rows), and `ingest_s -
+null_fields_write_s` what their values cost.
 
 Each measure is taken `--runs` times, interleaved; medians are reported, with every sample.
 """
@@ -32,15 +42,29 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
 from bench import common
 from bench.analytics import floor_seconds, history
-from controller_svc.analytics import census, ingest, job, session
+from controller_svc.analytics import census, ingest, job, schema, session
 
 
 def _timed(action: Callable[[], object]) -> float:
     started = time.monotonic()
     action()
     return time.monotonic() - started
+
+
+def _write_fields(spark: Any, logs: pathlib.Path, out: str, kept_when: Column | None) -> None:
+    """The ingest's rows written as the events table is, the kinds' fields left out (`kept_when`
+    None) or each kept only where `kept_when` holds."""
+    lines = ingest.read_records(spark, [str(logs)]).lines
+    fields = [name for name, _ in schema.FIELDS if name not in schema.ENVELOPE]
+    kept: list[str | Column] = [c for c in lines.columns if c not in fields]
+    if kept_when is not None:
+        kept += [F.when(kept_when, F.col(name)).alias(name) for name in fields]
+    ingest.write_events(lines.select(*kept), out)
 
 
 def main() -> None:
@@ -73,6 +97,8 @@ def main() -> None:
         "line_by_line_ingest_s": lambda: _timed(
             lambda: ingest.write_events(ingest.parse(ingest.read_lines(spark, files)), out + "-lines")
         ),
+        "envelope_write_s": lambda: _timed(lambda: _write_fields(spark, logs, out + "-envelope", None)),
+        "null_fields_write_s": lambda: _timed(lambda: _write_fields(spark, logs, out + "-nulls", F.col("mid") < 0)),
     }
     samples: dict[str, list[float]] = {name: [] for name in measures}
     for _ in range(args.runs):
@@ -93,6 +119,13 @@ def main() -> None:
         "ratio_to_floor": {name: round(value / floor, 2) for name, value in median.items()},
         "write_s": round(median["ingest_s"] - median["parse_classify_s"], 2),
         "saved_by_the_json_reader_s": round(median["line_by_line_ingest_s"] - median["ingest_s"], 2),
+        # The events table's write, split: the columns every row has, the nulls of the kinds'
+        # fields, the values of those fields.
+        "write_split_s": {
+            "envelope_columns": round(median["envelope_write_s"] - median["parse_classify_s"], 2),
+            "field_nulls": round(median["null_fields_write_s"] - median["envelope_write_s"], 2),
+            "field_values": round(median["ingest_s"] - median["null_fields_write_s"], 2),
+        },
     }
     print(json.dumps(report, indent=2))
     if args.out:
