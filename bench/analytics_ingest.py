@@ -18,8 +18,8 @@ bench.analytics):
 - `line_by_line_ingest_s`: the same ingest with every file read line by line, as every file
   was before the census (`from_json` parses each line through a java.io.Reader: slower);
 - `envelope_write_s`: the ingest's query writing, partitioned as the events table is, only the
-  columns every row has a value in (ts, node, kind and the table's own: file_id, block, mid,
-  value, status, kind_group), none of the kinds' own fields;
+  record's envelope (ts, node, kind) and the table's own columns (file_id, block, mid, value,
+  status, kind_group), none of the kinds' own fields;
 - `null_fields_write_s`: the same with the kinds' 27 fields as well, each null in every row
   (a condition the optimizer cannot fold: null unless `mid` < 0, which it never is).
 
@@ -119,7 +119,7 @@ def main() -> None:
         "ratio_to_floor": {name: round(value / floor, 2) for name, value in median.items()},
         "write_s": round(median["ingest_s"] - median["parse_classify_s"], 2),
         "saved_by_the_json_reader_s": round(median["line_by_line_ingest_s"] - median["ingest_s"], 2),
-        # The events table's write, split: the columns every row has, the nulls of the kinds'
+        # The events table's write, split: the envelope and the table's columns, the nulls of the kinds'
         # fields, the values of those fields.
         "write_split_s": {
             "envelope_columns": round(median["envelope_write_s"] - median["parse_classify_s"], 2),
