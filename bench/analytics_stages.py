@@ -12,6 +12,13 @@ log lines), prints JSON with:
   (cores x wall - task run: the time no task of the step ran on a core, for driver work such
   as planning and code generation, scheduling round trips, or a last wave of fewer tasks than
   cores);
+- that idle time split by what the cores did (from every task's launch and finish): `no_task_s`,
+  the step's seconds in which no task ran at all (the driver alone: Python building the next
+  query through Py4J, Spark analysing and planning it, scheduling), `one_task_s`, those in
+  which one task ran, and `between_queries_s`, the seconds of the step outside any SQL query's
+  execution (the driver's Python building plans, each DataFrame call analysed as it is made).
+  These do not grow with the events: the fixed cost per run that keeps the cost per event from
+  being flat;
 - the step's largest stages by task run time, with their operators (the scopes Spark names
   them by: Window, Exchange, Scan parquet, WriteFiles, ...), tasks, and operator metrics.
 
@@ -111,6 +118,62 @@ def read_event_log(lines: Iterable[str]) -> dict[int, Stage]:
     return stages
 
 
+@dataclasses.dataclass(frozen=True)
+class Activity:
+    """When tasks ran and when SQL queries executed (epoch ms), from the event log."""
+
+    tasks: list[tuple[int, int]]
+    queries: list[tuple[int, int]]
+
+
+def read_activity(lines: Iterable[str]) -> Activity:
+    """Every task's launch and finish, and every SQL query execution's start and end."""
+    tasks: list[tuple[int, int]] = []
+    started: dict[int, int] = {}
+    queries: list[tuple[int, int]] = []
+    for line in lines:
+        event = json.loads(line)
+        kind = str(event.get("Event", ""))
+        if kind == "SparkListenerTaskEnd":
+            info = event.get("Task Info") or {}
+            if "Launch Time" in info and "Finish Time" in info:
+                tasks.append((int(info["Launch Time"]), int(info["Finish Time"])))
+        elif kind.endswith(".SparkListenerSQLExecutionStart"):
+            started[int(event["executionId"])] = int(event["time"])
+        elif kind.endswith(".SparkListenerSQLExecutionEnd"):
+            start = started.pop(int(event["executionId"]), None)
+            if start is not None:
+                queries.append((start, int(event["time"])))
+    return Activity(tasks, queries)
+
+
+def _ms_by_running_tasks(tasks: list[tuple[int, int]], start: float, end: float) -> collections.Counter[int]:
+    """Milliseconds of [start, end) in which 0, 1, 2, ... tasks ran (2 stands for 2 or more)."""
+    edges = sorted([(launch, 1) for launch, _ in tasks] + [(finish, -1) for _, finish in tasks])
+    spent: collections.Counter[int] = collections.Counter()
+    running, last = 0, start
+    for at, change in edges:
+        if at >= end:
+            break
+        if at > last:
+            spent[min(running, 2)] += int(at - last)
+            last = at
+        running += change
+    spent[min(running, 2)] += int(max(0.0, end - last))
+    return spent
+
+
+def _ms_outside(intervals: list[tuple[int, int]], start: float, end: float) -> float:
+    """Milliseconds of [start, end) covered by none of the intervals."""
+    covered, reach = 0.0, start
+    for begin, finish in sorted(intervals):
+        begin_at, finish_at = max(float(begin), reach), min(float(finish), end)
+        if finish_at > begin_at:
+            covered += finish_at - begin_at
+            reach = finish_at
+    return max(0.0, (end - start) - covered)
+
+
 def _scope(scope: str | None) -> str:
     """An RDD's operator, as Spark names its scope ("WholeStageCodegen (3)" -> "WholeStageCodegen")."""
     if not scope:
@@ -131,8 +194,11 @@ def steps_of(runs: list[tuple[float, list[tuple[str, float]]]]) -> list[Step]:
     return steps
 
 
-def summarize(stages: dict[int, Stage], steps: list[Step], cores: int) -> list[dict[str, Any]]:
-    """Per step: its stages (those submitted while it ran) and how busy they kept the cores."""
+def summarize(
+    stages: dict[int, Stage], steps: list[Step], cores: int, activity: Activity | None = None
+) -> list[dict[str, Any]]:
+    """Per step: its stages (those submitted while it ran) and how busy they kept the cores; with
+    `activity`, also how long no task, or one, ran and how long no query executed."""
     result = []
     for step in steps:
         mine = [s for s in stages.values() if step.start_ms <= s.submitted_ms < step.end_ms]
@@ -148,6 +214,7 @@ def summarize(stages: dict[int, Stage], steps: list[Step], cores: int) -> list[d
                 "task_run_s": round(task_run_s, 2),
                 "task_cpu_s": round(sum(s.task_cpu_ms for s in mine) / 1000, 2),
                 "idle_core_s": round(max(0.0, cores * wall_s - task_run_s), 2),
+                **(_driver_time(activity, step) if activity is not None else {}),
                 "largest_stages": [
                     {
                         "stage": s.stage_id,
@@ -164,11 +231,25 @@ def summarize(stages: dict[int, Stage], steps: list[Step], cores: int) -> list[d
     return result
 
 
+def _driver_time(activity: Activity, step: Step) -> dict[str, float]:
+    by_tasks = _ms_by_running_tasks(activity.tasks, step.start_ms, step.end_ms)
+    return {
+        "no_task_s": round(by_tasks[0] / 1000, 2),
+        "one_task_s": round(by_tasks[1] / 1000, 2),
+        "between_queries_s": round(_ms_outside(activity.queries, step.start_ms, step.end_ms) / 1000, 2),
+    }
+
+
+DRIVER_TIME_KEYS = ("no_task_s", "one_task_s", "between_queries_s")
+
+
 def totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per run: wall, task run and idle core seconds over its steps."""
+    """Per run: wall, task run and idle core seconds over its steps (and the driver's times,
+    when the rows have them)."""
     by_run: dict[int, dict[str, float]] = {}
     for row in rows:
-        entry = by_run.setdefault(row["run"], {"wall_s": 0.0, "task_run_s": 0.0, "idle_core_s": 0.0, "stages": 0})
+        keys = ["wall_s", "task_run_s", "idle_core_s", *[k for k in DRIVER_TIME_KEYS if k in row]]
+        entry = by_run.setdefault(row["run"], {**dict.fromkeys(keys, 0.0), "stages": 0})
         for key in entry:
             entry[key] += row[key]
     return [{"run": run, **{k: round(v, 2) for k, v in entry.items()}} for run, entry in sorted(by_run.items())]
@@ -219,10 +300,15 @@ def main() -> None:
     steps, cores = measure(logs, base / f"out-stages-{args.events}", args.runs, event_dir)
     logs_written = sorted(p for p in event_dir.rglob("*") if p.is_file() and not p.name.startswith("."))
     stages: dict[int, Stage] = {}
+    activity = Activity([], [])
     for path in logs_written:
         with path.open(encoding="utf-8") as f:
             stages.update(read_event_log(f))
-    rows = summarize(stages, steps, cores)
+        with path.open(encoding="utf-8") as f:
+            found = read_activity(f)
+        activity.tasks.extend(found.tasks)
+        activity.queries.extend(found.queries)
+    rows = summarize(stages, steps, cores, activity)
     report = {
         "benchmark": "analytics_stages",
         "events": args.events,

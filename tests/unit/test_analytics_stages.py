@@ -86,3 +86,48 @@ def test_each_stage_counts_in_the_step_that_submitted_it() -> None:
         {"run": 0, "wall_s": 3.5, "task_run_s": 2.8, "idle_core_s": 4.2, "stages": 2},
         {"run": 1, "wall_s": 1.0, "task_run_s": 0.0, "idle_core_s": 2.0, "stages": 0},
     ]
+
+
+def _task_at(launch: int, finish: int) -> dict[str, Any]:
+    return {"Event": "SparkListenerTaskEnd", "Stage ID": 9, "Task Info": {"Launch Time": launch, "Finish Time": finish}}
+
+
+SQL = "org.apache.spark.sql.execution.ui.SparkListenerSQLExecution"
+ACTIVITY = [
+    {"Event": f"{SQL}Start", "executionId": 0, "time": 1_000},
+    _task_at(1_200, 1_700),
+    _task_at(1_500, 2_000),
+    _task_at(1_600, 1_800),  # a third task at once counts as "two or more"
+    {"Event": f"{SQL}End", "executionId": 0, "time": 2_100},
+    {"Event": f"{SQL}Start", "executionId": 1, "time": 2_600},
+    _task_at(2_700, 3_000),
+    {"Event": f"{SQL}End", "executionId": 1, "time": 3_100},
+    {"Event": f"{SQL}End", "executionId": 7, "time": 3_200},  # its start is not in the log
+    {"Event": "SparkListenerTaskEnd", "Stage ID": 9, "Task Info": {"Launch Time": 5}},  # no finish: ignored
+]
+
+
+def test_the_driver_alone_one_task_and_between_queries_per_step() -> None:
+    activity = st.read_activity(json.dumps(event) for event in ACTIVITY)
+    assert activity.tasks == [(1_200, 1_700), (1_500, 2_000), (1_600, 1_800), (2_700, 3_000)]
+    assert activity.queries == [(1_000, 2_100), (2_600, 3_100)]
+    steps = st.steps_of([(0.9, [("ingest", 2.4), ("leadership", 3.5)])])
+    ingest, leadership = st.summarize({}, steps, cores=2, activity=activity)
+    # 900-1200 and 2000-2400 without a task; 1200-1500 and 1800-2000 one; 1500-1800 two or more.
+    assert (ingest["no_task_s"], ingest["one_task_s"]) == (0.7, 0.5)
+    assert ingest["between_queries_s"] == 0.4  # 900-1000 and 2100-2400
+    # 2400-2700 and 3000-3500 without a task; 2400-2600 and 3100-3500 outside any query.
+    assert (leadership["no_task_s"], leadership["one_task_s"], leadership["between_queries_s"]) == (0.8, 0.3, 0.6)
+    assert st.totals([ingest, leadership]) == [
+        {
+            "run": 0,
+            "wall_s": 2.6,
+            "task_run_s": 0.0,
+            "idle_core_s": 5.2,
+            "no_task_s": 1.5,
+            "one_task_s": 0.8,
+            "between_queries_s": 1.0,
+            "stages": 0,
+        }
+    ]
+    assert "no_task_s" not in st.summarize({}, steps, cores=2)[0]  # without the activity, as before
