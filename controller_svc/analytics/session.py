@@ -160,6 +160,13 @@ def build(
         # columns cost more than it saved (10M events: leadership 4.4 -> 3.8 s warm, 12.4 ->
         # 9.9 s in a new JVM). The cache may spill to disk (MEMORY_AND_DISK) when memory is short.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
+        # PySpark's DataFrame query context: for every call that builds a query, the Python call
+        # site is captured (a walk of the stack) and sent to the JVM, several Py4J round trips
+        # while the cores wait for the plan. Off, a run sends about half the Py4J calls and takes
+        # about a second less whatever its size (20k events: 18.3k -> 9.9k calls, 7.86 -> 6.91 s,
+        # faster in 8 of 8 interleaved rounds; bench.analytics_query_context). Spark's analysis
+        # errors then name the failing expression without the Python line that built it.
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
         # Whole-stage code for the ingest's validation of ~30 fields is one method over HotSpot's
         # 8000-byte limit for JIT compilation; left interpreted it doubled the parse (10M lines:
         # 34 s -> 23 s with the limit lifted). A batch job wants throughput, not short pauses:

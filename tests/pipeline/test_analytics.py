@@ -470,3 +470,24 @@ def test_cli_exit_codes_and_the_class_archive(tmp_path: pathlib.Path) -> None:
     result = cli(str(tmp_path / "broken"), "--out", str(tmp_path / "out3"), "--conf", "not-a-pair")
     assert result.returncode == 2
     assert "expected KEY=VALUE" in result.stderr
+
+
+def test_building_a_query_sends_no_python_call_site(spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """session.build turns PySpark's DataFrame query context off: with it, every call that
+    builds a query walked the Python stack and sent the call site to the JVM (several Py4J round
+    trips per call, about half of a run's, while the cores wait for the plan)."""
+    import py4j.clientserver
+    from pyspark.sql import functions as F
+
+    sent: list[str] = []
+    send = py4j.clientserver.ClientServerConnection.send_command
+
+    def recording(self: Any, command: str) -> Any:
+        sent.append(command)
+        return send(self, command)
+
+    monkeypatch.setattr(py4j.clientserver.ClientServerConnection, "send_command", recording)
+    frame = spark.range(3).select((F.col("id") + F.lit(1)).alias("next")).filter(F.col("next") > 1)
+    assert frame.columns == ["next"]
+    assert len(sent) > 5  # the plan was built through Py4J
+    assert not [command for command in sent if "PySparkCurrentOrigin" in command]
