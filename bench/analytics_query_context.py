@@ -99,7 +99,7 @@ def measure(logs: pathlib.Path, out_dir: pathlib.Path, rounds: int) -> dict[str,
     } | {
         "rounds_faster_without_context": faster_off,
         "median_saved_s": round(saved, 2),
-        "same_answers": len(answers) == 1,
+        "same_violations": len(answers) == 1,
     }
 
 

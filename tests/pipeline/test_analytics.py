@@ -477,6 +477,7 @@ def test_building_a_query_sends_no_python_call_site(spark: Any, monkeypatch: pyt
     builds a query walked the Python stack and sent the call site to the JVM (several Py4J round
     trips per call, about half of a run's, while the cores wait for the plan)."""
     import py4j.clientserver
+    import pyspark.errors.utils
     from pyspark.sql import functions as F
 
     sent: list[str] = []
@@ -487,6 +488,9 @@ def test_building_a_query_sends_no_python_call_site(spark: Any, monkeypatch: pyt
         return send(self, command)
 
     monkeypatch.setattr(py4j.clientserver.ClientServerConnection, "send_command", recording)
+    # PySpark reads the setting once per process, from the session active then (without one it
+    # takes off): forgotten here, so that it is read from this session's settings.
+    monkeypatch.setattr(pyspark.errors.utils, "_enable_debugging_cache", None)
     frame = spark.range(3).select((F.col("id") + F.lit(1)).alias("next")).filter(F.col("next") > 1)
     assert frame.columns == ["next"]
     assert len(sent) > 5  # the plan was built through Py4J
