@@ -122,10 +122,7 @@ def main() -> None:
         "machine": common.machine(),
         **measure(logs, base / f"out-query-context-{args.events}", args.rounds),
     }
-    text = json.dumps(report, indent=1)
-    if args.out:
-        pathlib.Path(args.out).write_text(text + "\n")
-    print(text)
+    common.print_report(report, args.out)
 
 
 if __name__ == "__main__":

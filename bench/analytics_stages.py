@@ -318,10 +318,7 @@ def main() -> None:
         "totals": totals(rows),
         "steps": rows,
     }
-    text = json.dumps(report, indent=1)
-    if args.out:
-        pathlib.Path(args.out).write_text(text + "\n")
-    print(text)
+    common.print_report(report, args.out)
 
 
 if __name__ == "__main__":

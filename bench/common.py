@@ -292,6 +292,14 @@ def emit(result: dict[str, Any]) -> None:
     print(json.dumps(result, indent=2, sort_keys=True), flush=True)
 
 
+def print_report(report: dict[str, Any], out: str | None) -> None:
+    """Prints a benchmark's report as JSON, and writes the same text to `out` when given."""
+    text = json.dumps(report, indent=1)
+    if out:
+        pathlib.Path(out).write_text(text + "\n")
+    print(text)
+
+
 def save(path: str, results: list[dict[str, Any]]) -> None:
     """Write a run's results as committed under bench/results/ (JSON list, one per size)."""
     target = pathlib.Path(path)
