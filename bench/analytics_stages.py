@@ -16,7 +16,8 @@ log lines), prints JSON with:
   the step's seconds in which no task ran at all (the driver alone: Python building the next
   query through Py4J, Spark analysing and planning it, scheduling), `one_task_s`, those in
   which one task ran, and `between_queries_s`, the seconds of the step outside any SQL query's
-  execution (the driver's Python building plans, each DataFrame call analysed as it is made).
+  execution (the driver's Python building plans, each DataFrame call analysed as it is made,
+  and its own work such as the report's HTML).
   These do not grow with the events: the fixed cost per run that keeps the cost per event from
   being flat;
 - the step's largest stages by task run time, with their operators (the scopes Spark names
