@@ -18,20 +18,25 @@ from __future__ import annotations
 import fnmatch
 import functools
 import logging
+import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from controller_svc.analytics import census, schema
+from controller_svc.analytics import arrow_ingest, census, schema
 
 log = logging.getLogger("analytics")
 
 STATE_CHANGE_GLOB = "*.state-change.jsonl*"  # also .jsonl.gz: Spark decompresses by extension
 MAX_BAD_VALUE_CHARS = 2000
+# `--conf spark.kcontroller.arrowIngest=false` turns the ingest's fast path off (arrow_ingest.py).
+FAST_PATH_CONF = "spark.kcontroller.arrowIngest"
 
 _SPARK_TYPES: dict[str, T.DataType] = {
     schema.LONG: T.LongType(),
@@ -146,36 +151,110 @@ def read_lines(spark: SparkSession, files: Sequence[str], file_ids: DataFrame | 
 
 @dataclass(frozen=True)
 class Records:
-    """The parsed lines (`lines`: parse's columns) and the files table their file_ids index."""
+    """The parsed lines (`lines`: parse's columns; None when the fast path took every file) and
+    the files table their file_ids index."""
 
-    lines: DataFrame
+    lines: DataFrame | None
     files: DataFrame
 
 
-def read_records(spark: SparkSession, inputs: Sequence[str], prefetch: census.Prefetch | None = None) -> Records:
+def read_records(
+    spark: SparkSession,
+    inputs: Sequence[str],
+    prefetch: census.Prefetch | None = None,
+    fast_path_dir: str | None = None,
+) -> Records:
     """Every line of the inputs' log files, parsed and classified (see `parse`): the files that
-    map one row per line through Spark's JSON reader, the others line by line (census.plan)."""
+    map one row per line through Spark's JSON reader, the others line by line (census.plan).
+
+    With `fast_path_dir` (a local directory, the events table's), the files the JSON reader
+    would read are first given to arrow_ingest, whose tasks write their records there as
+    narrow Parquet files; `lines` then holds only the records of the other files (the files
+    table names them all)."""
     files = list_inputs(spark, inputs)
     if not files:
         raise InputError(f"no state-change records in {', '.join(inputs)} (looked for {STATE_CHANGE_GLOB})")
     readers = census.plan(files, prefetch=prefetch)
-    log.info(
-        "%d of %d log files read with the JSON reader, %d line by line",
-        len(readers.json_reader),
-        len(files),
-        len(readers.text_reader),
-    )
-    json_frame = _json_reader(spark, readers.json_reader) if readers.json_reader else None
+    fast = readers.json_reader if fast_path_dir is not None and _fast_path_usable(spark) else ()
+    json_files = [file for file in readers.json_reader if file not in set(fast)]
+    fast_names = spark.read.text(list(fast)).inputFiles() if fast else []
+    json_frame = _json_reader(spark, json_files) if json_files else None
     text_frame = spark.read.text(list(readers.text_reader)) if readers.text_reader else None
     files_table = file_table(
-        spark, [name for frame in (json_frame, text_frame) if frame is not None for name in frame.inputFiles()]
+        spark,
+        [
+            *fast_names,
+            *(name for frame in (json_frame, text_frame) if frame is not None for name in frame.inputFiles()),
+        ],
+    )
+    if fast:
+        assert fast_path_dir is not None
+        rejected = _fast_path(spark, fast, fast_names, files_table, fast_path_dir)
+        if rejected:
+            json_files = [*json_files, *rejected]
+            json_frame = _json_reader(spark, json_files)
+    log.info(
+        "%d of %d log files read with the JSON reader (%d of them through Arrow), %d line by line",
+        len(readers.json_reader),
+        len(files),
+        len(readers.json_reader) - len(json_files),
+        len(readers.text_reader),
     )
     parts = []
     if json_frame is not None:
         parts.append(_json_records(json_frame, files_table))
     if text_frame is not None:
         parts.append(parse(_located(text_frame, files_table, [F.col("value")])))
-    return Records(functools.reduce(DataFrame.unionByName, parts), files_table)
+    return Records(functools.reduce(DataFrame.unionByName, parts) if parts else None, files_table)
+
+
+def _fast_path_usable(spark: SparkSession) -> bool:
+    """The fast path's tasks run Python with pyarrow: on a local master, the driver's Python
+    (session.build); a cluster's executors may have neither, so there Spark reads everything."""
+    setting = (spark.conf.get(FAST_PATH_CONF, "true") or "").strip().lower()
+    if setting not in ("true", "false"):
+        raise InputError(f"{FAST_PATH_CONF} must be true or false, not {setting!r}")
+    local = (spark.sparkContext.master or "").startswith("local")
+    return setting == "true" and local and arrow_ingest.available()
+
+
+def _fast_path(
+    spark: SparkSession, fast: Sequence[str], names: Sequence[str], files_table: DataFrame, events_dir: str
+) -> list[str]:
+    """Runs arrow_ingest's tasks over `fast` (files as list_inputs names them; `names`: Spark's
+    names of the same files) and returns the files it turned down, their records not written."""
+
+    def local(file: str) -> str:
+        return os.path.abspath(census.local_path(file) or file)
+
+    by_local = {local(unquote(name)): name for name in names}
+    ids = {row["file"]: row["file_id"] for row in files_table.collect()}
+    # A file the files table does not name by Spark's name for it is left to Spark's reader,
+    # whose records then carry no file_id, which the job refuses (job._per_cluster).
+    unnamed = [file for file in fast if ids.get(by_local.get(local(file), "")) is None]
+    by_id = {ids[by_local[local(file)]]: file for file in fast if file not in unnamed}
+    file_ids = {file_id: local(file) for file_id, file in by_id.items()}
+    chunks = [chunk for file_id, path in sorted(file_ids.items()) for chunk in arrow_ingest.chunks_of(file_id, path)]
+    try:
+        outcomes: list[arrow_ingest.Outcome] = (
+            spark.sparkContext.parallelize(chunks, max(1, len(chunks)))
+            .map(functools.partial(arrow_ingest.ingest_chunk, events_dir=events_dir))
+            .collect()
+        )
+    except Py4JJavaError as e:
+        # A task that failed (no pyarrow in the workers' Python, a full disk): Spark's reader
+        # then reads every file, slower and exact. Never a reason to fail the job.
+        log.warning("the ingest's fast path failed; Spark's JSON reader reads its files: %s", str(e).splitlines()[0])
+        arrow_ingest.clear(events_dir)
+        return list(fast)
+    turned_down: dict[int, str] = {}
+    for outcome in outcomes:
+        if outcome.rejected is not None and outcome.file_id not in turned_down:
+            turned_down[outcome.file_id] = outcome.rejected
+    for file_id, why in sorted(turned_down.items()):
+        log.info("%s is read by Spark's JSON reader (Arrow's path turned it down: %s)", file_ids[file_id], why)
+        arrow_ingest.remove_written(events_dir, file_id)
+    return [*unnamed, *(by_id[file_id] for file_id in sorted(turned_down))]
 
 
 def _json_reader(spark: SparkSession, files: Sequence[str]) -> DataFrame:
@@ -278,9 +357,7 @@ def _any_sql(conditions: Sequence[str]) -> str:
 def _incomplete_sql() -> str:
     """True when a record of a known kind lacks a required field (or has it mistyped: the
     parser leaves a mistyped field null). Cheap: evaluated for every line."""
-    checks = {
-        kind: _any_sql([f"{_sql_name(f)} IS NULL" for f in fields]) for kind, fields in schema.REQUIRED.items()
-    }
+    checks = {kind: _any_sql([f"{_sql_name(f)} IS NULL" for f in fields]) for kind, fields in schema.REQUIRED.items()}
     return _by_kind_sql(checks, "false")
 
 
@@ -414,9 +491,16 @@ def events_schema() -> T.StructType:
 def ingest(spark: SparkSession, inputs: Sequence[str], out: str, prefetch: census.Prefetch | None = None) -> None:
     """Parse every line once into OUTDIR/events, partitioned by status and kind so that each
     analysis reads only the kinds it needs, and name the files it indexes in OUTDIR/files."""
-    records = read_records(spark, inputs, prefetch)
+    events_dir = census.local_path(f"{out}/events")
+    if events_dir is not None:
+        # The fast path's tasks write into the table's directory first; Spark's writer then
+        # appends the other files' records (as `overwrite` would have, nothing old is left).
+        shutil.rmtree(events_dir, ignore_errors=True)
+        os.makedirs(events_dir)
+    records = read_records(spark, inputs, prefetch, fast_path_dir=events_dir)
     records.files.coalesce(1).write.mode("overwrite").parquet(f"{out}/files")
-    write_events(records.lines, out)
+    if records.lines is not None:
+        write_events(records.lines, out, mode="append" if events_dir is not None else "overwrite")
 
 
 def files(spark: SparkSession, out: str) -> DataFrame:
@@ -431,9 +515,9 @@ def with_file_name(frame: DataFrame, files_table: DataFrame) -> DataFrame:
     return frame.join(F.broadcast(files_table), "file_id", "left")
 
 
-def write_events(records: DataFrame, out: str) -> None:
+def write_events(records: DataFrame, out: str, mode: str = "overwrite") -> None:
     """The events table: parsed and classified lines, partitioned by status and kind."""
-    records.write.mode("overwrite").partitionBy("status", "kind_group").parquet(f"{out}/events")
+    records.write.mode(mode).partitionBy("status", "kind_group").parquet(f"{out}/events")
 
 
 def events_table(spark: SparkSession, out: str) -> DataFrame:

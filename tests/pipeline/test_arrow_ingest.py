@@ -1,0 +1,211 @@
+"""The ingest's fast path (arrow_ingest.py) writes exactly the events table Spark's readers
+would, or turns a file down and leaves it to them."""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+from typing import Any
+
+import pytest
+
+from tests.pipeline import scenarios
+from tests.pipeline.test_readers import LINES
+
+pytestmark = pytest.mark.pipeline
+
+# Lines Arrow's reader must accept (so that the fast path is not "exact" by refusing
+# everything), each read by Spark as a usable record.
+ACCEPTED: list[bytes] = [
+    b'{"ts":1001,"node":"broker-1","kind":"some.future_kind","anything":[1,{"x":2}],"more":{"a":null}}',
+    b'{"ts":1005,"node":"br\\u00f8ker-\xe2\x9c\x93 \\"q\\"","kind":"node.alive"}',
+    b'{"ts":1013,"node":"broker-1","kind":"broker.shutdown","broker_id":1,"broker_epoch":7}',
+    # NaN and an integer where a double is expected: Spark's reader takes both.
+    b'{"ts":1014,"node":"controller-1","kind":"request.completed","broker":1,"api":"LeaderAndIsr",'
+    b'"correlation_id":4,"controller_epoch":2,"queue_ms":NaN,"rtt_ms":3,"error":0}',
+    # A null element in a list, a boolean, whitespace between tokens.
+    b'{ "ts" : 1015 , "node":"controller-1","kind":"partition.leader_elected","topic":"t","partition":0,'
+    b'"leader":1,"leader_epoch":3,"isr":[1,null],"prev_isr":[],"strategy":"offline","unclean":true,'
+    b'"controller_epoch":2}   ',
+    b'{"ts":1016,"node":"broker-2","kind":"partition.role_changed","topic":"t","partition":0,"role":"follower",'
+    b'"leader":1,"leader_epoch":3,"isr":[1,2],"controller_epoch":2,"rtt_ms":-0.0,"partitions":-5}',
+]
+
+
+def _write(directory: pathlib.Path, name: str, lines: list[bytes], end: bytes = b"\n") -> pathlib.Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_bytes(b"\n".join(lines) + end)
+    return path
+
+
+def test_chunks_end_after_a_line_feed_and_cover_the_file(tmp_path: pathlib.Path) -> None:
+    from controller_svc.analytics import arrow_ingest
+
+    lines = [b"{" + b"x" * (n * 37 % 300) + b"}" for n in range(200)] + [b"{" + b"y" * 5000 + b"}"]
+    for end in (b"\n", b""):
+        path = _write(tmp_path, f"f{len(end)}.jsonl", lines, end)
+        data = path.read_bytes()
+        chunks = arrow_ingest.chunks_of(7, str(path), target_bytes=1000)
+        assert len(chunks) > 5
+        assert [c.start for c in chunks] == [0, *[c.end for c in chunks[:-1]]]
+        assert chunks[-1].end == len(data)
+        for chunk in chunks:
+            assert chunk.file_id == 7
+            assert chunk.start == 0 or data[chunk.start - 1 : chunk.start] == b"\n"
+        # The 5,000-byte line, longer than a chunk, is one chunk's last line, whole.
+        assert any(data[c.start : c.end].rstrip(b"\n").endswith(b"y" * 5000 + b"}") for c in chunks)
+
+
+def _read_written(spark: Any, directory: pathlib.Path) -> list[Any]:
+    from controller_svc.analytics import ingest
+
+    if not any(directory.rglob("*.parquet")):
+        return []
+    return ingest.events_table(spark, str(directory)).orderBy("mid").collect()
+
+
+def test_arrow_accepts_only_lines_spark_reads_the_same(spark: Any, tmp_path: pathlib.Path) -> None:
+    """Each line alone in a file: the fast path either writes the row Spark's JSON reader reads
+    from it (same fields, usable, the same partition) or writes nothing."""
+    from controller_svc.analytics import arrow_ingest, ingest, schema
+
+    candidates = [(line, why) for line, why in LINES] + [(line, None) for line in ACCEPTED]
+    accepted: list[bytes] = []
+    for n, (line, why) in enumerate(candidates):
+        path = _write(tmp_path / f"logs{n}", "broker-1.state-change.jsonl", [line])
+        out = tmp_path / f"out{n}"
+        (chunk,) = arrow_ingest.chunks_of(0, str(path))
+        outcome = arrow_ingest.ingest_chunk(chunk, str(out / "events"))
+        written = _read_written(spark, out)
+        if outcome.rejected is not None:
+            assert written == [], line
+            continue
+        accepted.append(line)
+        assert why is None, f"a malformed line was accepted: {line!r}"
+        (spark_row,) = ingest.json_reader_records(spark, [str(path)]).collect()
+        (row,) = written
+        assert spark_row["status"] == row["status"] == "ok"
+        assert row["kind_group"] == spark_row["kind_group"]
+        assert (row["file_id"], row["block"], row["mid"], row["value"]) == (0, 0, 0, None)
+        for name, _ in schema.FIELDS:
+            same_nan = isinstance(row[name], float) and row[name] != row[name] and spark_row[name] != spark_row[name]
+            assert same_nan or row[name] == spark_row[name], (line, name)
+    assert set(ACCEPTED) <= set(accepted)
+
+
+def test_a_rejected_chunk_writes_nothing_and_says_why(tmp_path: pathlib.Path) -> None:
+    from controller_svc.analytics import arrow_ingest
+
+    good = b'{"ts":1,"node":"broker-1","kind":"node.alive"}'
+    cases = {
+        "two objects on one line": (good + good, "8 records in 7 lines"),
+        "a repeated key": (b'{"ts":1,"ts":2,"node":"broker-1","kind":"node.alive"}', "Arrow's JSON reader"),
+        "a missing required field": (
+            b'{"ts":1,"node":"broker-1","kind":"broker.shutdown","broker_id":1}',
+            "broker.shutdown without broker_epoch",
+        ),
+        "a value outside its set": (
+            b'{"ts":1,"node":"b-1","kind":"partition.role_changed","topic":"t","partition":0,"role":"boss",'
+            b'"leader":1,"leader_epoch":0}',
+            "partition.role_changed with a role outside its values",
+        ),
+        "a ts of zero": (b'{"ts":0,"node":"broker-1","kind":"node.alive"}', "a ts that is not positive"),
+        "no kind": (b'{"ts":1,"node":"broker-1","Kind":"node.alive"}', "a record without kind"),
+    }
+    for name, (line, why) in cases.items():
+        path = _write(tmp_path / name, "broker-1.state-change.jsonl", [good] * 3 + [line] + [good] * 3)
+        (chunk,) = arrow_ingest.chunks_of(3, str(path))
+        outcome = arrow_ingest.ingest_chunk(chunk, str(tmp_path / name / "events"))
+        assert outcome.rejected is not None and why in outcome.rejected, (name, outcome)
+        assert outcome.rows == 0
+        assert not (tmp_path / name / "events").exists(), name
+
+
+def _lined(spark: Any, out: pathlib.Path) -> list[tuple[Any, ...]]:
+    from controller_svc.analytics import ingest
+
+    table = ingest.events_table(spark, str(out))
+    rows = ingest.with_line(table, ingest.splits_of(table)).drop("block", "mid").collect()
+    return sorted((tuple(row) for row in rows), key=repr)
+
+
+def test_the_fast_path_writes_the_table_spark_would(
+    spark: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Three files: one the fast path takes in several chunks; one it turns down in its last
+    chunk (after writing the first ones, which it then removes); one the census gives the line
+    reader. The table equals Spark's own, line for line."""
+    import pyarrow.parquet as pq
+
+    from controller_svc.analytics import arrow_ingest, ingest
+
+    history = tmp_path / "history"
+    scenarios.clean_failover(history)
+    logs = history / "logs" if (history / "logs").is_dir() else history
+    lines = [line for file in sorted(logs.rglob("*.jsonl")) for line in file.read_bytes().splitlines()]
+    assert len(lines) > 40
+    given = tmp_path / "given"
+    _write(given, "a-taken.state-change.jsonl", lines)
+    bad_line = b'{"ts":5,"node":"broker-1","kind":"broker.shutdown","broker_id":1}'
+    _write(given, "b-turned-down.state-change.jsonl", [*lines, bad_line])
+    _write(given, "c-line-reader.state-change.jsonl", [*lines[:5], b"", *lines[5:]])
+    monkeypatch.setattr(arrow_ingest, "CHUNK_BYTES", 1024)
+    caplog.set_level(logging.INFO, logger="analytics")
+
+    ingest.ingest(spark, [str(given)], str(tmp_path / "fast"))
+    spark.conf.set(ingest.FAST_PATH_CONF, "false")
+    try:
+        ingest.ingest(spark, [str(given)], str(tmp_path / "spark"))
+    finally:
+        spark.conf.unset(ingest.FAST_PATH_CONF)
+
+    fast, by_spark = _lined(spark, tmp_path / "fast"), _lined(spark, tmp_path / "spark")
+    assert len(fast) == 3 * len(lines) + 2
+    assert fast == by_spark
+    # Where each file went: only the first file's records are the fast path's, in many chunks.
+    written = sorted((tmp_path / "fast" / "events").rglob(f"{arrow_ingest.FILE_PREFIX}*.parquet"))
+    assert {p.name.split("-")[1] for p in written} == {"0"}
+    assert len({p.name for p in written}) > 3
+    assert not list((tmp_path / "spark" / "events").rglob(f"{arrow_ingest.FILE_PREFIX}*"))
+    assert "b-turned-down.state-change.jsonl is read by Spark's JSON reader" in caplog.text
+    assert "broker.shutdown without broker_epoch" in caplog.text
+    # Narrow files: a kind's file holds only the columns its records carry.
+    alive = [p for p in written if "kind_group=node.alive" in str(p)]
+    assert alive
+    columns = set(pq.read_schema(alive[0]).names)
+    assert {"ts", "node", "kind", "file_id", "block", "mid"} <= columns
+    assert not columns & {"isr", "topic", "leader_epoch", "value"}
+
+
+def test_a_failed_fast_path_leaves_every_file_to_spark(
+    spark: Any, tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Tasks that fail (here: the table's directory is a file, so no task can write) are no
+    reason to fail the job: Spark's reader reads the files."""
+    from controller_svc.analytics import ingest
+
+    logs = tmp_path / "logs"
+    _write(logs, "broker-1.state-change.jsonl", ACCEPTED)
+    _write(logs, "broker-2.state-change.jsonl", ACCEPTED)
+    files = ingest.list_inputs(spark, [str(logs)])
+    names = spark.read.text(files).inputFiles()
+    not_a_directory = tmp_path / "events"
+    not_a_directory.write_text("")
+    caplog.set_level(logging.WARNING, logger="analytics")
+    turned_down = ingest._fast_path(spark, files, names, ingest.file_table(spark, names), str(not_a_directory))
+    assert turned_down == files
+    assert "the ingest's fast path failed" in caplog.text
+
+
+def test_the_fast_path_setting_must_be_true_or_false(spark: Any, tmp_path: pathlib.Path) -> None:
+    from controller_svc.analytics import ingest
+
+    logs = tmp_path / "logs"
+    _write(logs, "broker-1.state-change.jsonl", ACCEPTED)
+    spark.conf.set(ingest.FAST_PATH_CONF, "sometimes")
+    try:
+        with pytest.raises(ingest.InputError, match="must be true or false"):
+            ingest.ingest(spark, [str(logs)], str(tmp_path / "out"))
+    finally:
+        spark.conf.unset(ingest.FAST_PATH_CONF)
