@@ -131,29 +131,48 @@ def local_path(file: str) -> str | None:
     return None if _SCHEME.match(file) else file
 
 
-def irregularity(file: str, chunk_bytes: int = CHUNK_BYTES) -> str | None:
-    """Why the JSON reader might not read `file` as one row per line, or None when it does."""
+def place_irregularity(file: str) -> str | None:
+    """What irregularity finds from the file's name alone: not local, or maybe compressed."""
     path = local_path(file)
     if path is None:
         return "not on the local file system"
     if not path.endswith(".jsonl"):
         return "not named .jsonl: may be compressed (Spark decompresses by extension)"
+    return None
+
+
+def bytes_irregularity(chunk: bytes, line_starts: bool, decoder: codecs.IncrementalDecoder) -> str | None:
+    """irregularity's checks on the next bytes of a file: `line_starts` when the first byte
+    begins a line, `decoder` the file's UTF-8 decoder so far (it raises UnicodeDecodeError)."""
+    if line_starts and chunk[:1] != b"{":
+        return "a line does not begin with {"
+    if _LINE_NOT_AN_OBJECT.search(chunk) is not None:
+        return "a line does not begin with {"
+    if b"\r" in chunk:
+        return "carriage return"
+    if b"\x00" in chunk:
+        return "NUL byte"
+    # The decoder only sees what it must: ASCII chunks while no character is cut.
+    if not chunk.isascii() or decoder.getstate()[0]:
+        decoder.decode(chunk)
+    return None
+
+
+def irregularity(file: str, chunk_bytes: int = CHUNK_BYTES) -> str | None:
+    """Why the JSON reader might not read `file` as one row per line, or None when it does."""
+    why = place_irregularity(file)
+    if why is not None:
+        return why
+    path = local_path(file)
+    assert path is not None
     decoder = codecs.getincrementaldecoder("utf-8")()
     line_starts = True  # the next byte begins a line
     try:
         with open(path, "rb") as stream:
             while chunk := stream.read(chunk_bytes):
-                if line_starts and chunk[:1] != b"{":
-                    return "a line does not begin with {"
-                if _LINE_NOT_AN_OBJECT.search(chunk) is not None:
-                    return "a line does not begin with {"
-                if b"\r" in chunk:
-                    return "carriage return"
-                if b"\x00" in chunk:
-                    return "NUL byte"
-                # The decoder only sees what it must: ASCII chunks while no character is cut.
-                if not chunk.isascii() or decoder.getstate()[0]:
-                    decoder.decode(chunk)
+                why = bytes_irregularity(chunk, line_starts, decoder)
+                if why is not None:
+                    return why
                 line_starts = chunk.endswith(b"\n")
             decoder.decode(b"", final=True)
     except UnicodeDecodeError:

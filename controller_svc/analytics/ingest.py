@@ -167,45 +167,55 @@ def read_records(
     """Every line of the inputs' log files, parsed and classified (see `parse`): the files that
     map one row per line through Spark's JSON reader, the others line by line (census.plan).
 
-    With `fast_path_dir` (a local directory, the events table's), the files the JSON reader
-    would read are first given to arrow_ingest, whose tasks write their records there as
-    narrow Parquet files; `lines` then holds only the records of the other files (the files
+    With `fast_path_dir` (a local directory, the events table's), the local `.jsonl` files are
+    first given to arrow_ingest, whose tasks write their records there as narrow Parquet files
+    or turn a file down; `lines` then holds only the records of the other files (the files
     table names them all)."""
     files = list_inputs(spark, inputs)
     if not files:
         raise InputError(f"no state-change records in {', '.join(inputs)} (looked for {STATE_CHANGE_GLOB})")
-    readers = census.plan(files, prefetch=prefetch)
-    fast = readers.json_reader if fast_path_dir is not None and _fast_path_usable(spark) else ()
-    json_files = [file for file in readers.json_reader if file not in set(fast)]
-    fast_names = spark.read.text(list(fast)).inputFiles() if fast else []
-    json_frame = _json_reader(spark, json_files) if json_files else None
-    text_frame = spark.read.text(list(readers.text_reader)) if readers.text_reader else None
+    fast: list[str] = []
+    if fast_path_dir is not None and _fast_path_usable(spark):
+        # The fast path's tasks make the census' checks themselves (in parallel); the census
+        # only decides how Spark reads the rest.
+        fast = [file for file in files if census.place_irregularity(file) is None]
+    fast_names = spark.read.text(fast).inputFiles() if fast else []
+    taken = set(fast)
+    others = [file for file in files if file not in taken]
+    readers = census.plan(others, prefetch=prefetch)
+    frames = _frames(spark, readers)
     files_table = file_table(
-        spark,
-        [
-            *fast_names,
-            *(name for frame in (json_frame, text_frame) if frame is not None for name in frame.inputFiles()),
-        ],
+        spark, [*fast_names, *(name for frame in frames if frame is not None for name in frame.inputFiles())]
     )
+    turned_down: list[str] = []
     if fast:
         assert fast_path_dir is not None
-        rejected = _fast_path(spark, fast, fast_names, files_table, fast_path_dir)
-        if rejected:
-            json_files = [*json_files, *rejected]
-            json_frame = _json_reader(spark, json_files)
+        turned_down = _fast_path(spark, fast, fast_names, files_table, fast_path_dir)
+        if turned_down:
+            readers = census.plan([*others, *turned_down], prefetch=prefetch)
+            frames = _frames(spark, readers)
     log.info(
-        "%d of %d log files read with the JSON reader (%d of them through Arrow), %d line by line",
-        len(readers.json_reader),
+        "%d of %d log files read through Arrow, %d with Spark's JSON reader, %d line by line",
+        len(fast) - len(turned_down),
         len(files),
-        len(readers.json_reader) - len(json_files),
+        len(readers.json_reader),
         len(readers.text_reader),
     )
+    json_frame, text_frame = frames
     parts = []
     if json_frame is not None:
         parts.append(_json_records(json_frame, files_table))
     if text_frame is not None:
         parts.append(parse(_located(text_frame, files_table, [F.col("value")])))
     return Records(functools.reduce(DataFrame.unionByName, parts) if parts else None, files_table)
+
+
+def _frames(spark: SparkSession, readers: census.ReaderPlan) -> tuple[DataFrame | None, DataFrame | None]:
+    """The scans of census.plan's two lists: Spark's JSON reader, the text reader."""
+    return (
+        _json_reader(spark, readers.json_reader) if readers.json_reader else None,
+        spark.read.text(list(readers.text_reader)) if readers.text_reader else None,
+    )
 
 
 def _fast_path_usable(spark: SparkSession) -> bool:
@@ -235,6 +245,8 @@ def _fast_path(
     by_id = {ids[by_local[local(file)]]: file for file in fast if file not in unnamed}
     file_ids = {file_id: local(file) for file_id, file in by_id.items()}
     chunks = [chunk for file_id, path in sorted(file_ids.items()) for chunk in arrow_ingest.chunks_of(file_id, path)]
+    # Largest first: Spark runs tasks in order, and the last wave is then of the smallest.
+    chunks.sort(key=lambda chunk: chunk.start - chunk.end)
     try:
         outcomes: list[arrow_ingest.Outcome] = (
             spark.sparkContext.parallelize(chunks, max(1, len(chunks)))

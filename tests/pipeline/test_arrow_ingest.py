@@ -112,6 +112,11 @@ def test_a_rejected_chunk_writes_nothing_and_says_why(tmp_path: pathlib.Path) ->
         ),
         "a ts of zero": (b'{"ts":0,"node":"broker-1","kind":"node.alive"}', "a ts that is not positive"),
         "no kind": (b'{"ts":1,"node":"broker-1","Kind":"node.alive"}', "a record without kind"),
+        # The census' checks (census.py), made by the task on the chunk's bytes.
+        "a carriage return": (b'{"ts":1,\r"node":"broker-1","kind":"node.alive"}', "carriage return"),
+        "invalid UTF-8": (b'{"ts":1,"node":"broker-\xff","kind":"node.alive"}', "invalid UTF-8"),
+        "a leading space": (b' {"ts":1,"node":"broker-1","kind":"node.alive"}', "a line does not begin with {"),
+        "a NUL byte": (b'{"ts":1,"node":"broker-1","kind":"node.alive"}\x00', "NUL byte"),
     }
     for name, (line, why) in cases.items():
         path = _write(tmp_path / name, "broker-1.state-change.jsonl", [good] * 3 + [line] + [good] * 3)
@@ -170,6 +175,8 @@ def test_the_fast_path_writes_the_table_spark_would(
     assert not list((tmp_path / "spark" / "events").rglob(f"{arrow_ingest.FILE_PREFIX}*"))
     assert "b-turned-down.state-change.jsonl is read by Spark's JSON reader" in caplog.text
     assert "broker.shutdown without broker_epoch" in caplog.text
+    assert "c-line-reader.state-change.jsonl is read by Spark's JSON reader" in caplog.text
+    assert "c-line-reader.state-change.jsonl is read line by line (a line does not begin with {)" in caplog.text
     # Narrow files: a kind's file holds only the columns its records carry.
     alive = [p for p in written if "kind_group=node.alive" in str(p)]
     assert alive
