@@ -11,7 +11,9 @@ preferred elections; cached under --dir), then time
 - `warm_s`: the same analysis again in this process's JVM, already warm;
 - the floor, in the same run on the same files: Spark itself reading the JSON with the same
   schema and hashing every column (the parse, without any analysis), warm; the faster of
-  Spark's default file splits and smaller ones that balance the last wave of tasks.
+  Spark's default file splits and smaller ones that balance the last wave of tasks;
+- a second floor, `floor_arrow_parse_s`: Arrow's JSON parse of the same files in Spark tasks,
+  as the ingest's fast path (arrow_ingest.py) parses them, without its checks and writes.
 
 With --runs N every measurement is taken N times (the warm ones interleaved with the floor's)
 and the medians are reported with every sample.
@@ -35,7 +37,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from bench import common
-from controller_svc.analytics import ingest, job, session, synthetic
+from controller_svc.analytics import arrow_ingest, census, ingest, job, session, synthetic
 
 TARGET_COLD_S_FOR_10M = 90.0
 TARGET_RATIO_TO_FLOOR = 3.0
@@ -79,6 +81,25 @@ def _parse_seconds(spark: Any, files: list[str], split: int | None) -> float:
         return time.monotonic() - started
     finally:
         spark.conf.unset(SPLIT_CONF)
+
+
+def arrow_parse_seconds(spark: Any, logs: pathlib.Path) -> float:
+    """Arrow's JSON parse of the same files in Spark tasks, cut into chunks as the ingest's fast
+    path cuts them (arrow_ingest), without its checks and writes: the parse the fast path
+    itself pays, a second floor beside Spark's (the issue's)."""
+    files = ingest.list_inputs(spark, [str(logs)])
+    chunks = [
+        chunk
+        for file_id, file in enumerate(files)
+        for chunk in arrow_ingest.chunks_of(file_id, census.local_path(file) or file)
+    ]
+    chunks.sort(key=lambda chunk: chunk.start - chunk.end)
+    started = time.monotonic()
+    rows = spark.sparkContext.parallelize(chunks, len(chunks)).map(arrow_ingest.parsed_rows).collect()
+    took = time.monotonic() - started
+    if min(rows) < 0:
+        raise RuntimeError("Arrow's reader refused a chunk of the benchmark's history")
+    return took
 
 
 def runtime(java_setup: str) -> dict[str, str]:
@@ -151,9 +172,11 @@ def main() -> None:
     for size in sizes:
         logs, expected = history(base, size)
         floor_runs: list[dict[str, float]] = []
+        arrow_floor_runs: list[float] = []
         warm: list[tuple[float, dict[str, Any]]] = []
         for _ in range(args.runs):
             floor_runs.append(floor_seconds(spark, logs))
+            arrow_floor_runs.append(arrow_parse_seconds(spark, logs))
             started = time.monotonic()
             outcome = job.analyze(spark, [str(logs)], str(base / f"out-{size}"))
             warm.append((time.monotonic() - started, outcome.summary))
@@ -173,6 +196,11 @@ def main() -> None:
                 },
                 "cold_ratio_to_floor": round(cold_s / floor, 2),
                 "warm_ratio_to_floor": round(took / floor, 2),
+                # Arrow's parse of the same files (arrow_parse_seconds): what the ingest now
+                # parses with; the ratios above are against Spark's parse, as issue 13 states.
+                "floor_arrow_parse_s": round(_lower_median(arrow_floor_runs), 1),
+                "arrow_floor_samples_s": [round(t, 1) for t in arrow_floor_runs],
+                "warm_ratio_to_arrow_floor": round(took / _lower_median(arrow_floor_runs), 2),
                 "cold_samples_s": [round(t, 1) for t, _ in cold[size]],
                 "warm_samples_s": [round(t, 1) for t, _ in warm],
                 "floor_samples_s": [round(min(run.values()), 1) for run in floor_runs],
