@@ -256,7 +256,7 @@ def _fast_path(
     except Py4JJavaError as e:
         # A task that failed (no pyarrow in the workers' Python, a full disk): Spark's reader
         # then reads every file, slower and exact. Never a reason to fail the job.
-        log.warning("the ingest's fast path failed; Spark's JSON reader reads its files: %s", str(e).splitlines()[0])
+        log.warning("the ingest's fast path failed; Spark's readers read its files: %s", str(e).splitlines()[0])
         arrow_ingest.clear(events_dir)
         return list(fast)
     turned_down: dict[int, str] = {}
@@ -264,8 +264,14 @@ def _fast_path(
         if outcome.rejected is not None and outcome.file_id not in turned_down:
             turned_down[outcome.file_id] = outcome.rejected
     for file_id, why in sorted(turned_down.items()):
-        log.info("%s is read by Spark's JSON reader (Arrow's path turned it down: %s)", file_ids[file_id], why)
+        log.info("%s is read by Spark's readers (the fast path turned it down: %s)", file_ids[file_id], why)
         arrow_ingest.remove_written(events_dir, file_id)
+    log.info(
+        "the fast path wrote %d records of %d files from %d chunks",
+        sum(outcome.rows for outcome in outcomes if outcome.file_id not in turned_down),
+        len(file_ids) - len(turned_down),
+        len(chunks),
+    )
     return [*unnamed, *(by_id[file_id] for file_id in sorted(turned_down))]
 
 
@@ -504,15 +510,16 @@ def ingest(spark: SparkSession, inputs: Sequence[str], out: str, prefetch: censu
     """Parse every line once into OUTDIR/events, partitioned by status and kind so that each
     analysis reads only the kinds it needs, and name the files it indexes in OUTDIR/files."""
     events_dir = census.local_path(f"{out}/events")
-    if events_dir is not None:
+    fast_path_dir = events_dir if events_dir is not None and _fast_path_usable(spark) else None
+    if fast_path_dir is not None:
         # The fast path's tasks write into the table's directory first; Spark's writer then
-        # appends the other files' records (as `overwrite` would have, nothing old is left).
-        shutil.rmtree(events_dir, ignore_errors=True)
-        os.makedirs(events_dir)
-    records = read_records(spark, inputs, prefetch, fast_path_dir=events_dir)
+        # appends the other files' records (as with `overwrite`, nothing old is left).
+        shutil.rmtree(fast_path_dir, ignore_errors=True)
+        os.makedirs(fast_path_dir)
+    records = read_records(spark, inputs, prefetch, fast_path_dir=fast_path_dir)
     records.files.coalesce(1).write.mode("overwrite").parquet(f"{out}/files")
     if records.lines is not None:
-        write_events(records.lines, out, mode="append" if events_dir is not None else "overwrite")
+        write_events(records.lines, out, mode="overwrite" if fast_path_dir is None else "append")
 
 
 def files(spark: SparkSession, out: str) -> DataFrame:
