@@ -289,7 +289,9 @@ def profile(
     from controller_svc.analytics import census, ingest, job, session
 
     prefetch = census.Prefetch([str(logs)], ingest.STATE_CHANGE_GLOB)
-    spark = session.build()
+    # Steps one after another, so that every sample belongs to the step that ran then (by
+    # default the analyses run in concurrent branches, job.run_branches).
+    spark = session.build(conf={job.CONCURRENT_CONF: "false"})
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     recording = jvm.jdk.jfr.Recording(jvm.jdk.jfr.Configuration.getConfiguration("profile"))

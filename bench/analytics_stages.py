@@ -23,6 +23,10 @@ log lines), prints JSON with:
 - the step's largest stages by task run time, with their operators (the scopes Spark names
   them by: Window, Exchange, Scan parquet, WriteFiles, ...), tasks, and operator metrics.
 
+The job runs its steps one after another here (`spark.kcontroller.concurrentAnalyses=false`):
+by default the analyses after the ingest run in concurrent branches, which fill much of the idle
+time this reports (`bench.analytics` times the job as it runs by default).
+
 The JFR profile (`bench.analytics_profile`) says which code the CPU ran; this says which stage
 of which step, and how much of each step left the cores idle.
 """
@@ -264,6 +268,10 @@ def measure(logs: pathlib.Path, out_dir: pathlib.Path, runs: int, event_dir: pat
             "spark.eventLog.enabled": "true",
             "spark.eventLog.dir": event_dir.resolve().as_uri(),
             "spark.eventLog.compress": "false",
+            # Steps one after another, each with the cores to itself, so that every stage
+            # belongs to the one step that ran when it was submitted (the job's default runs
+            # the analyses in concurrent branches, job.run_branches; bench.analytics times that).
+            job.CONCURRENT_CONF: "false",
         }
     )
     cores = spark.sparkContext.defaultParallelism

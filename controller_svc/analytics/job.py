@@ -3,19 +3,28 @@
 Tables (Parquet under OUTDIR): events, files, bad_records, controller_tenures, failover_incidents,
 leadership, offline_intervals, request_latency, violations. Only aggregates and bounded samples
 (at most a few thousand rows) are collected to the driver, for summary.json and report.html.
+
+After the ingest, the analyses run in concurrent branches (one thread each; Spark's scheduler
+shares the cores between their queries), and so do the summary's and the report's queries:
+one query's driver-side planning, its single-task stages and its last wave's stragglers leave a
+core idle that another branch's tasks use. `--conf spark.kcontroller.concurrentAnalyses=false`
+runs them one after another (each step then has the cores to itself, for profiling).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from pyspark import StorageLevel
+from pyspark import StorageLevel, inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -40,6 +49,7 @@ SINGLE_CLUSTER = ClusterBy("none")
 SAMPLE_VIOLATIONS = 50
 SAMPLE_INTERVALS = 20
 MAX_FAILOVERS_IN_REPORT = 500
+CONCURRENT_CONF = "spark.kcontroller.concurrentAnalyses"
 
 
 @dataclass(frozen=True)
@@ -51,24 +61,46 @@ class Outcome:
 
 
 class StepClock:
-    """Seconds per step of the job, in order, for summary.json's `timings_s` and the log: where
-    the time of an analysis goes, without a profiler."""
+    """Seconds per step of the job, for summary.json's `timings_s` and the log: where the time
+    of an analysis goes, without a profiler. Each step also names the Spark jobs it runs (their
+    description, which Spark's event log keeps: bench.analytics_stages reads its stages by it).
 
-    def __init__(self) -> None:
+    Steps of concurrent branches overlap: each counts its own wall time, while it shared the
+    cores with the others; `spans` gives each step's start and end in seconds from the job's
+    start, so the overlap can be read."""
+
+    def __init__(self, spark: SparkSession, now: Callable[[], float] = time.monotonic) -> None:
         self.steps: dict[str, float] = {}
-        self._last = time.monotonic()
+        self.spans: dict[str, list[float]] = {}
+        self._spark = spark
+        self._now = now
+        self._origin = now()
+        self._lock = threading.Lock()
 
-    def lap(self, step: str) -> None:
-        now = time.monotonic()
-        self.steps[step] = round(self.steps.get(step, 0.0) + now - self._last, 3)
-        log.info("%s done in %.1f s", step, now - self._last)
-        self._last = now
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Times the block as step `name`; Spark jobs it runs carry the name as description."""
+        context = self._spark.sparkContext
+        context.setJobDescription(name)
+        start = self._now()
+        try:
+            yield
+        finally:
+            context.setJobDescription(None)  # type: ignore[arg-type]
+        end = self._now()
+        with self._lock:
+            self.steps[name] = round(self.steps.get(name, 0.0) + end - start, 3)
+            first = self.spans.get(name, [start - self._origin])[0]
+            self.spans[name] = [round(first, 3), round(end - self._origin, 3)]
+        log.info("%s done in %.1f s", name, end - start)
 
 
-def _write(frame: DataFrame, out: str, name: str, clock: StepClock) -> DataFrame:
+def _write(build: Callable[[], DataFrame], out: str, name: str, clock: StepClock) -> DataFrame:
+    """Step `name`: builds the frame (a timeline's own small queries included) and writes it."""
     path = f"{out}/{name}"
-    frame.write.mode("overwrite").parquet(path)
-    clock.lap(name)
+    with clock.step(name):
+        frame = build()
+        frame.write.mode("overwrite").parquet(path)
     return frame.sparkSession.read.parquet(path)
 
 
@@ -117,77 +149,117 @@ def analyze(
     """Runs every job of contract 6. Raises InputError for bad input as a whole (exit 2).
     `prefetch`: the census of the input files, if started before Spark (census.Prefetch)."""
     started = time.monotonic()
-    clock = StepClock()
+    concurrent = _concurrent(spark)
+    clock = StepClock(spark)
     out = out.rstrip("/")
-    ingest.ingest(spark, inputs, out, prefetch)
-    clock.lap("ingest")
-    malformed_lines = ingest.malformed_count(spark, out)
-    files = ingest.files(spark, out)
-    events = ingest.events(spark, out, cluster_by, files)
-    per_cluster_events = _per_cluster(events)
-    lines = malformed_lines + sum(seen["events"] for seen in per_cluster_events.values())
-    log.info("%d lines parsed in %.1f s", lines, time.monotonic() - started)
-    if lines == 0:
-        raise InputError(f"no state-change records in {', '.join(inputs)} (looked for {ingest.STATE_CHANGE_GLOB})")
-    clock.lap("clusters")
+    with clock.step("ingest"):
+        ingest.ingest(spark, inputs, out, prefetch)
+    with clock.step("clusters"):
+        malformed_lines = ingest.malformed_count(spark, out)
+        files = ingest.files(spark, out)
+        events = ingest.events(spark, out, cluster_by, files)
+        per_cluster_events = _per_cluster(events)
+        lines = malformed_lines + sum(seen["events"] for seen in per_cluster_events.values())
+        log.info("%d lines parsed in %.1f s", lines, time.monotonic() - started)
+        if lines == 0:
+            raise InputError(f"no state-change records in {', '.join(inputs)} (looked for {ingest.STATE_CHANGE_GLOB})")
     line_index = ingest.LineIndex(spark, out)
     bad = _write(
-        ingest.bad_records(spark, out, line_index.table() if malformed_lines else None, cluster_by, files),
+        lambda: ingest.bad_records(spark, out, line_index.table() if malformed_lines else None, cluster_by, files),
         out,
         "bad_records",
         clock,
     )
-    malformed_by_cluster = (
-        {row["cluster"]: int(row["count"]) for row in bad.groupBy("cluster").count().collect()}
-        if malformed_lines
-        else {}
-    )
-    malformed = sum(malformed_by_cluster.values())
     if not per_cluster_events:
         raise InputError(
             f"none of the {lines} lines in {', '.join(inputs)} is a usable state-change record (see {out}/bad_records)"
         )
-
     liveness = spark.createDataFrame(
         [(name, node) for name, seen in per_cluster_events.items() for node in seen["liveness"]],
         "cluster string, node string",
     )
-    tenures = _write(timelines.controller_tenures(events).drop("start_pos"), out, "controller_tenures", clock)
-    # The timelines' own caches, released once the tables built from them are written (each
-    # table is read back from its Parquet files, not from their lineage).
-    held = timelines.HeldFrames()
-    try:
-        incidents = _write(
-            timelines.failover_incidents(events, tenures.withColumn("start_pos", F.struct("start_ts")), held, liveness),
-            out,
-            "failover_incidents",
-            clock,
-        )
+
+    def partitions() -> DataFrame:
+        # The timelines' own caches, released once the tables built from them are written (each
+        # table is read back from its Parquet files, not from their lineage).
+        held = timelines.HeldFrames()
         leaders = timelines.leadership(events).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            _write(leaders.drop("from_pos", "until_pos", "block", "mid"), out, "leadership", clock)
-            offline = _write(
-                timelines.offline_intervals(events, leaders, held, liveness), out, "offline_intervals", clock
+            _write(lambda: leaders.drop("from_pos", "until_pos", "block", "mid"), out, "leadership", clock)
+            return _write(
+                lambda: timelines.offline_intervals(events, leaders, held, liveness), out, "offline_intervals", clock
             )
         finally:
             leaders.unpersist()
-    finally:
-        held.release()
-    latency = _write(timelines.request_latency(events), out, "request_latency", clock)
-    found = _write(invariants.all_violations(events), out, "_violations_unresolved", clock)
-    violations = _write(
-        resolve_evidence(found, events, line_index.table(), files) if not found.isEmpty() else _no_violations(spark),
-        out,
-        "violations",
-        clock,
-    )
-    _delete(spark, f"{out}/_violations_unresolved")
+            held.release()
 
+    def controllers() -> tuple[DataFrame, DataFrame]:
+        held = timelines.HeldFrames()
+        try:
+            tenures = _write(
+                lambda: timelines.controller_tenures(events).drop("start_pos"), out, "controller_tenures", clock
+            )
+            incidents = _write(
+                lambda: timelines.failover_incidents(
+                    events, tenures.withColumn("start_pos", F.struct("start_ts")), held, liveness
+                ),
+                out,
+                "failover_incidents",
+                clock,
+            )
+            return tenures, incidents
+        finally:
+            held.release()
+
+    def found_violations() -> DataFrame:
+        found = _write(lambda: invariants.all_violations(events), out, "_violations_unresolved", clock)
+        resolved = _write(
+            lambda: (
+                resolve_evidence(found, events, line_index.table(), files)
+                if not found.isEmpty()
+                else _no_violations(spark)
+            ),
+            out,
+            "violations",
+            clock,
+        )
+        _delete(spark, f"{out}/_violations_unresolved")
+        return resolved
+
+    # The heaviest branch first: with Spark's FIFO scheduler its tasks get the cores first and
+    # the others fill the gaps it leaves.
+    branches = run_branches(
+        spark,
+        {
+            "partitions": partitions,
+            "violations": found_violations,
+            "controllers": controllers,
+            "request_latency": lambda: _write(lambda: timelines.request_latency(events), out, "request_latency", clock),
+        },
+        concurrent,
+    )
+    offline: DataFrame = branches["partitions"]
+    violations: DataFrame = branches["violations"]
+    tenures, incidents = branches["controllers"]
+    latency: DataFrame = branches["request_latency"]
+
+    with clock.step("availability"):
+        figures = run_branches(
+            spark,
+            {
+                "violation_counts": lambda: violations.groupBy("cluster", "invariant").count().collect(),
+                "malformed": lambda: bad.groupBy("cluster").count().collect() if malformed_lines else [],
+                "availability": lambda: _availability(offline, incidents),
+                "elections": tenures.count,
+            },
+            concurrent,
+        )
+    malformed_by_cluster = {row["cluster"]: int(row["count"]) for row in figures["malformed"]}
+    malformed = sum(malformed_by_cluster.values())
     counts: dict[str, dict[str, int]] = {}
-    for row in violations.groupBy("cluster", "invariant").count().collect():
+    for row in figures["violation_counts"]:
         counts.setdefault(row["cluster"], {})[row["invariant"]] = int(row["count"])
-    availability = _availability(offline, incidents)
-    clock.lap("availability")
+    availability = figures["availability"]
     clusters: dict[str, Any] = {}
     for name, seen in sorted(per_cluster_events.items()):
         clusters[name] = {
@@ -208,29 +280,38 @@ def analyze(
         "violations": total_violations,
         "availability": _combine_availability([c["availability"] for c in clusters.values()]),
         "controllers": {
-            "elections": tenures.count(),
+            "elections": figures["elections"],
         },
         "clusters": clusters,
         "tables": {name: f"{out}/{name}" for name in TABLES},
         "report": f"{out}/report.html",
         "elapsed_s": None,
-        # Seconds per step, in order (ingest: parsing every line into the events table).
+        # Seconds per step (ingest: parsing every line into the events table). The analyses'
+        # steps run in concurrent branches: each counts its own wall time, so they overlap;
+        # `step_spans_s` has each step's start and end, in seconds from the job's start.
         "timings_s": clock.steps,
+        "step_spans_s": clock.spans,
     }
-    data = report.ReportData(
-        summary=summary,
-        offline_series=_offline_series(spark, offline, per_cluster_events),
-        failovers=_rows(
-            incidents.orderBy("cluster", "elected_ts").drop("brokers_not_applied"), MAX_FAILOVERS_IN_REPORT
-        ),
-        tenures=_rows(tenures.orderBy("cluster", "start_ts"), MAX_FAILOVERS_IN_REPORT),
-        latency=_rows(latency.orderBy("cluster", "broker", "api"), 5000),
-        latency_histogram=_rows(timelines.latency_histogram(events)),
-        violations=_violation_samples(violations),
-        longest_offline=_rows(offline.orderBy(F.desc_nulls_first("duration_ms"), "start_ts"), SAMPLE_INTERVALS),
-        bad_records=_rows(bad.orderBy("file", "line"), SAMPLE_VIOLATIONS),
-    )
-    clock.lap("report")
+    with clock.step("report"):
+        samples = run_branches(
+            spark,
+            {
+                "offline_series": lambda: _offline_series(spark, offline, per_cluster_events),
+                "failovers": lambda: _rows(
+                    incidents.orderBy("cluster", "elected_ts").drop("brokers_not_applied"), MAX_FAILOVERS_IN_REPORT
+                ),
+                "tenures": lambda: _rows(tenures.orderBy("cluster", "start_ts"), MAX_FAILOVERS_IN_REPORT),
+                "latency": lambda: _rows(latency.orderBy("cluster", "broker", "api"), 5000),
+                "latency_histogram": lambda: _rows(timelines.latency_histogram(events)),
+                "violations": lambda: _violation_samples(violations),
+                "longest_offline": lambda: _rows(
+                    offline.orderBy(F.desc_nulls_first("duration_ms"), "start_ts"), SAMPLE_INTERVALS
+                ),
+                "bad_records": lambda: _rows(bad.orderBy("file", "line"), SAMPLE_VIOLATIONS),
+            },
+            concurrent,
+        )
+        data = report.ReportData(summary=summary, **samples)
     summary["elapsed_s"] = round(time.monotonic() - started, 3)
     summary_path = f"{out}/summary.json"
     report_path = f"{out}/report.html"
@@ -238,6 +319,49 @@ def analyze(
     write_text(spark, report_path, report.render(data))
     exit_code = 1 if any(total_violations.values()) else 0
     return Outcome(summary, exit_code, summary_path, report_path)
+
+
+def _concurrent(spark: SparkSession) -> bool:
+    """CONCURRENT_CONF: true (the default) or false; anything else is refused as bad input."""
+    setting = (spark.conf.get(CONCURRENT_CONF, "true") or "").strip().lower()
+    if setting not in ("true", "false"):
+        raise InputError(f"{CONCURRENT_CONF} must be true or false, not {setting!r}")
+    return setting == "true"
+
+
+def run_branches(
+    spark: SparkSession, branches: dict[str, Callable[[], Any]], concurrent: bool = True
+) -> dict[str, Any]:
+    """Runs each branch (in its own thread when `concurrent`, else one after another in order)
+    and returns their results by name once every one has finished. A failed branch is logged
+    and the first failure (in the branches' order) raised after the others finished: a Spark
+    query cannot be abandoned half-way, and nothing fails silently.
+
+    The threads carry the caller's Spark local properties and tags (pyspark's
+    inheritable_thread_target, for its pinned-thread mode: a step's description, say), and
+    Spark's scheduler shares the cores between their jobs."""
+    if not concurrent:
+        return {name: run() for name, run in branches.items()}
+    with ThreadPoolExecutor(max_workers=len(branches), thread_name_prefix="analyze") as pool:
+        futures: dict[str, Future[Any]] = {
+            name: pool.submit(inheritable_thread_target(spark)(_logged(name, run))) for name, run in branches.items()
+        }
+    for future in futures.values():
+        error = future.exception()
+        if error is not None:
+            raise error
+    return {name: future.result() for name, future in futures.items()}
+
+
+def _logged(name: str, run: Callable[[], Any]) -> Callable[[], Any]:
+    def branch() -> Any:
+        try:
+            return run()
+        except BaseException:
+            log.exception("analysis branch %s failed", name)
+            raise
+
+    return branch
 
 
 def _per_cluster(events: DataFrame) -> dict[str, dict[str, Any]]:
