@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from pyspark import StorageLevel, inheritable_thread_target
+from pyspark import SparkContext, StorageLevel, inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -50,6 +50,7 @@ SAMPLE_VIOLATIONS = 50
 SAMPLE_INTERVALS = 20
 MAX_FAILOVERS_IN_REPORT = 500
 CONCURRENT_CONF = "spark.kcontroller.concurrentAnalyses"
+SCHEDULER_POOL = "spark.scheduler.pool"
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,9 @@ def _write(build: Callable[[], DataFrame], out: str, name: str, clock: StepClock
     with clock.step(name):
         frame = build()
         frame.write.mode("overwrite").parquet(path)
-    return frame.sparkSession.read.parquet(path)
+    # Read back with the schema it was written with: inferring it from the files is a Spark job
+    # of its own, which waits behind the other branches' stages for a free core.
+    return frame.sparkSession.read.schema(frame.schema).parquet(path)
 
 
 def _delete(spark: SparkSession, path: str) -> None:
@@ -355,6 +358,11 @@ def run_branches(
 
 def _logged(name: str, run: Callable[[], Any]) -> Callable[[], Any]:
     def branch() -> Any:
+        # Each branch's jobs in a scheduler pool of their own: with the session's FAIR mode
+        # (session.build) the pools share the cores, so that a branch's small jobs (a schema,
+        # a count) do not wait for another branch's large stage to finish, as Spark's FIFO
+        # order has them do.
+        SparkContext.getOrCreate().setLocalProperty(SCHEDULER_POOL, name)
         try:
             return run()
         except BaseException:

@@ -168,6 +168,10 @@ def build(
         # faster in 8 of 8 interleaved rounds; bench.analytics_query_context). Spark's analysis
         # errors then name the failing expression without the Python line that built it.
         "spark.python.sql.dataFrameDebugging.enabled": "false",
+        # The analyses run in concurrent branches (job.run_branches), each in a scheduler pool
+        # of its own: FAIR shares the cores between the pools, where FIFO (the default) let one
+        # branch's large stage hold both cores while another's small jobs waited.
+        "spark.scheduler.mode": "FAIR",
         # Whole-stage code for the ingest's validation of ~30 fields is one method over HotSpot's
         # 8000-byte limit for JIT compilation; left interpreted it doubled the parse (10M lines:
         # 34 s -> 23 s with the limit lifted). A batch job wants throughput, not short pauses:

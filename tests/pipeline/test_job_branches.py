@@ -55,10 +55,13 @@ def test_concurrent_branches_run_at_once_and_write_what_one_after_another_writes
     # branch and the invariants' branch each wait at a barrier while building their query.
     meet = threading.Barrier(2, timeout=60)
     threads: dict[str, str] = {}
+    pools: dict[str, str] = {}
 
     def waiting(name: str, build: Any) -> Any:
         def wrapped(events: Any) -> Any:
             threads[name] = threading.current_thread().name
+            # Each branch's jobs go to a scheduler pool of its own (FAIR between pools).
+            pools[name] = events.sparkSession.sparkContext.getLocalProperty(job.SCHEDULER_POOL)
             meet.wait()
             return build(events)
 
@@ -69,6 +72,8 @@ def test_concurrent_branches_run_at_once_and_write_what_one_after_another_writes
     concurrent = _analyze(spark, logs, tmp_path / "concurrent")
     assert threads["latency"] != threads["violations"]
     assert all(name.startswith("analyze") for name in threads.values())
+    assert pools == {"latency": "request_latency", "violations": "violations"}
+    assert spark.sparkContext.getConf().get("spark.scheduler.mode") == "FAIR"
 
     assert concurrent.summary["violations"] == expected.violations
     assert concurrent.summary["availability"]["offline_intervals"] == expected.offline_intervals
