@@ -229,8 +229,10 @@ def analyze(
         _delete(spark, f"{out}/_violations_unresolved")
         return resolved
 
-    # The heaviest branch first: with Spark's FIFO scheduler its tasks get the cores first and
-    # the others fill the gaps it leaves.
+    # Four branches that share no step; each branch's steps run in order (offline intervals
+    # use leadership's cached timeline, failovers the tenures' table, the violations' evidence
+    # the unresolved violations). The pools share the cores fairly, so the order here is only
+    # that of the threads' start: the longest branch first.
     branches = run_branches(
         spark,
         {
