@@ -218,14 +218,20 @@ def _frames(spark: SparkSession, readers: census.ReaderPlan) -> tuple[DataFrame 
     )
 
 
+def boolean_setting(spark: SparkSession, name: str, default: bool = True) -> bool:
+    """One of the job's own Spark settings (`--conf NAME=true|false`); any other value is
+    refused as bad input (exit 2)."""
+    setting = (spark.conf.get(name, "true" if default else "false") or "").strip().lower()
+    if setting not in ("true", "false"):
+        raise InputError(f"{name} must be true or false, not {setting!r}")
+    return setting == "true"
+
+
 def _fast_path_usable(spark: SparkSession) -> bool:
     """The fast path's tasks run Python with pyarrow: on a local master, the driver's Python
     (session.build); a cluster's executors may have neither, so there Spark reads everything."""
-    setting = (spark.conf.get(FAST_PATH_CONF, "true") or "").strip().lower()
-    if setting not in ("true", "false"):
-        raise InputError(f"{FAST_PATH_CONF} must be true or false, not {setting!r}")
     local = (spark.sparkContext.master or "").startswith("local")
-    return setting == "true" and local and arrow_ingest.available()
+    return boolean_setting(spark, FAST_PATH_CONF) and local and arrow_ingest.available()
 
 
 def _fast_path(

@@ -152,7 +152,7 @@ def analyze(
     """Runs every job of contract 6. Raises InputError for bad input as a whole (exit 2).
     `prefetch`: the census of the input files, if started before Spark (census.Prefetch)."""
     started = time.monotonic()
-    concurrent = _concurrent(spark)
+    concurrent = ingest.boolean_setting(spark, CONCURRENT_CONF)
     clock = StepClock(spark)
     out = out.rstrip("/")
     with clock.step("ingest"):
@@ -324,14 +324,6 @@ def analyze(
     write_text(spark, report_path, report.render(data))
     exit_code = 1 if any(total_violations.values()) else 0
     return Outcome(summary, exit_code, summary_path, report_path)
-
-
-def _concurrent(spark: SparkSession) -> bool:
-    """CONCURRENT_CONF: true (the default) or false; anything else is refused as bad input."""
-    setting = (spark.conf.get(CONCURRENT_CONF, "true") or "").strip().lower()
-    if setting not in ("true", "false"):
-        raise InputError(f"{CONCURRENT_CONF} must be true or false, not {setting!r}")
-    return setting == "true"
 
 
 def run_branches(
