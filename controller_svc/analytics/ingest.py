@@ -29,7 +29,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from controller_svc.analytics import arrow_ingest, census, schema
+from controller_svc.analytics import arrow_ingest, census, leader_epochs, schema
 
 log = logging.getLogger("analytics")
 
@@ -37,6 +37,8 @@ STATE_CHANGE_GLOB = "*.state-change.jsonl*"  # also .jsonl.gz: Spark decompresse
 MAX_BAD_VALUE_CHARS = 2000
 # `--conf spark.kcontroller.arrowIngest=false` turns the ingest's fast path off (arrow_ingest.py).
 FAST_PATH_CONF = "spark.kcontroller.arrowIngest"
+# The leader-epoch check in the fast path's tasks (leader_epochs.py); false leaves it to Spark.
+LEADER_EPOCHS_IN_TASKS_CONF = "spark.kcontroller.leaderEpochsInTasks"
 
 _SPARK_TYPES: dict[str, T.DataType] = {
     schema.LONG: T.LongType(),
@@ -151,11 +153,13 @@ def read_lines(spark: SparkSession, files: Sequence[str], file_ids: DataFrame | 
 
 @dataclass(frozen=True)
 class Records:
-    """The parsed lines (`lines`: parse's columns; None when the fast path took every file) and
-    the files table their file_ids index."""
+    """The parsed lines (`lines`: parse's columns; None when the fast path took every file),
+    the files table their file_ids index, and the leader-epoch checks the fast path's tasks
+    made (None when they made none)."""
 
     lines: DataFrame | None
     files: DataFrame
+    checks: leader_epochs.TaskChecks | None = None
 
 
 def read_records(
@@ -188,9 +192,18 @@ def read_records(
         spark, [*fast_names, *(name for frame in frames if frame is not None for name in frame.inputFiles())]
     )
     turned_down: list[str] = []
+    checks: leader_epochs.TaskChecks | None = None
     if fast:
         assert fast_path_dir is not None
-        turned_down = _fast_path(spark, fast, fast_names, files_table, fast_path_dir)
+        result = _fast_path(spark, fast, fast_names, files_table, fast_path_dir)
+        turned_down = result.turned_down
+        if result.checked:
+            checks = leader_epochs.task_checks(
+                result.checked,
+                set(result.written_file_ids),
+                other_files=bool(others or turned_down),
+                candidates_dir=os.path.join(fast_path_dir, arrow_ingest.CHECKS_DIR),
+            )
         if turned_down:
             readers = census.plan([*others, *turned_down], prefetch=prefetch)
             frames = _frames(spark, readers)
@@ -207,7 +220,7 @@ def read_records(
         parts.append(_json_records(json_frame, files_table))
     if text_frame is not None:
         parts.append(parse(_located(text_frame, files_table, [F.col("value")])))
-    return Records(functools.reduce(DataFrame.unionByName, parts) if parts else None, files_table)
+    return Records(functools.reduce(DataFrame.unionByName, parts) if parts else None, files_table, checks)
 
 
 def _frames(spark: SparkSession, readers: census.ReaderPlan) -> tuple[DataFrame | None, DataFrame | None]:
@@ -234,11 +247,22 @@ def _fast_path_usable(spark: SparkSession) -> bool:
     return boolean_setting(spark, FAST_PATH_CONF) and local and arrow_ingest.available()
 
 
+@dataclass(frozen=True)
+class FastPathResult:
+    """What the fast path did: the files it turned down (their records not written), and for
+    the files it wrote, each accepted chunk's file and the nodes whose leader epochs it checked
+    (leader_epochs.py; none when the check is off)."""
+
+    turned_down: list[str]
+    written_file_ids: frozenset[int]
+    checked: list[tuple[int, tuple[str, ...]]]
+
+
 def _fast_path(
     spark: SparkSession, fast: Sequence[str], names: Sequence[str], files_table: DataFrame, events_dir: str
-) -> list[str]:
+) -> FastPathResult:
     """Runs arrow_ingest's tasks over `fast` (files as list_inputs names them; `names`: Spark's
-    names of the same files) and returns the files it turned down, their records not written."""
+    names of the same files)."""
 
     def local(file: str) -> str:
         return os.path.abspath(census.local_path(file) or file)
@@ -253,10 +277,15 @@ def _fast_path(
     chunks = [chunk for file_id, path in sorted(file_ids.items()) for chunk in arrow_ingest.chunks_of(file_id, path)]
     # Largest first: Spark runs tasks in order, and the last wave is then of the smallest.
     chunks.sort(key=lambda chunk: chunk.start - chunk.end)
+    check_leader_epochs = boolean_setting(spark, LEADER_EPOCHS_IN_TASKS_CONF)
     try:
         outcomes: list[arrow_ingest.Outcome] = (
             spark.sparkContext.parallelize(chunks, max(1, len(chunks)))
-            .map(functools.partial(arrow_ingest.ingest_chunk, events_dir=events_dir))
+            .map(
+                functools.partial(
+                    arrow_ingest.ingest_chunk, events_dir=events_dir, check_leader_epochs=check_leader_epochs
+                )
+            )
             .collect()
         )
     except Py4JJavaError as e:
@@ -264,7 +293,7 @@ def _fast_path(
         # then reads every file, slower and exact. Never a reason to fail the job.
         log.warning("the ingest's fast path failed; Spark's readers read its files: %s", str(e).splitlines()[0])
         arrow_ingest.clear(events_dir)
-        return list(fast)
+        return FastPathResult(list(fast), frozenset(), [])
     turned_down: dict[int, str] = {}
     for outcome in outcomes:
         if outcome.rejected is not None and outcome.file_id not in turned_down:
@@ -278,7 +307,15 @@ def _fast_path(
         len(file_ids) - len(turned_down),
         len(chunks),
     )
-    return [*unnamed, *(by_id[file_id] for file_id in sorted(turned_down))]
+    return FastPathResult(
+        turned_down=[*unnamed, *(by_id[file_id] for file_id in sorted(turned_down))],
+        written_file_ids=frozenset(file_id for file_id in file_ids if file_id not in turned_down),
+        checked=[
+            (outcome.file_id, outcome.checked_nodes)
+            for outcome in outcomes
+            if outcome.file_id not in turned_down and check_leader_epochs
+        ],
+    )
 
 
 def _json_reader(spark: SparkSession, files: Sequence[str]) -> DataFrame:
@@ -512,9 +549,12 @@ def events_schema() -> T.StructType:
     return T.StructType(fields + extra)
 
 
-def ingest(spark: SparkSession, inputs: Sequence[str], out: str, prefetch: census.Prefetch | None = None) -> None:
+def ingest(
+    spark: SparkSession, inputs: Sequence[str], out: str, prefetch: census.Prefetch | None = None
+) -> leader_epochs.TaskChecks | None:
     """Parse every line once into OUTDIR/events, partitioned by status and kind so that each
-    analysis reads only the kinds it needs, and name the files it indexes in OUTDIR/files."""
+    analysis reads only the kinds it needs, and name the files it indexes in OUTDIR/files.
+    Returns the leader-epoch checks the fast path's tasks made, for invariants.py."""
     events_dir = census.local_path(f"{out}/events")
     fast_path_dir = events_dir if events_dir is not None and _fast_path_usable(spark) else None
     if fast_path_dir is not None:
@@ -526,6 +566,7 @@ def ingest(spark: SparkSession, inputs: Sequence[str], out: str, prefetch: censu
     records.files.coalesce(1).write.mode("overwrite").parquet(f"{out}/files")
     if records.lines is not None:
         write_events(records.lines, out, mode="overwrite" if fast_path_dir is None else "append")
+    return records.checks
 
 
 def files(spark: SparkSession, out: str) -> DataFrame:
@@ -573,6 +614,19 @@ def events(spark: SparkSession, out: str, cluster_by: ClusterBy, files_table: Da
     if cluster_by.mode == "dir" and files_table is None:
         files_table = files(spark, out)
     return with_node_columns(cluster_by.attach(usable, files_table))
+
+
+def checked_candidates(
+    spark: SparkSession, checks: leader_epochs.TaskChecks, cluster_by: ClusterBy, files_table: DataFrame
+) -> DataFrame:
+    """The leader-epoch check's candidates the fast path's tasks wrote (leader_epochs.py), with
+    cluster, node_role and node_id as `events` gives them."""
+    columns = leader_epochs.spark_candidate_schema()
+    written = os.path.isdir(checks.candidates_dir) and any(
+        name.endswith(".parquet") for name in os.listdir(checks.candidates_dir)
+    )
+    frame = spark.read.schema(columns).parquet(checks.candidates_dir) if written else spark.createDataFrame([], columns)
+    return with_node_columns(cluster_by.attach(frame, files_table))
 
 
 def bad_records(

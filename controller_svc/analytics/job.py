@@ -156,7 +156,7 @@ def analyze(
     clock = StepClock(spark)
     out = out.rstrip("/")
     with clock.step("ingest"):
-        ingest.ingest(spark, inputs, out, prefetch)
+        checks = ingest.ingest(spark, inputs, out, prefetch)
     with clock.step("clusters"):
         malformed_lines = ingest.malformed_count(spark, out)
         files = ingest.files(spark, out)
@@ -214,8 +214,14 @@ def analyze(
         finally:
             held.release()
 
+    checked = (
+        invariants.CheckedInTasks(checks, ingest.checked_candidates(spark, checks, cluster_by, files))
+        if checks is not None
+        else None
+    )
+
     def found_violations() -> DataFrame:
-        found = _write(lambda: invariants.all_violations(events), out, "_violations_unresolved", clock)
+        found = _write(lambda: invariants.all_violations(events, checked), out, "_violations_unresolved", clock)
         resolved = _write(
             lambda: (
                 resolve_evidence(found, events, line_index.table(), files)

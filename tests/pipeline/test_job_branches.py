@@ -58,12 +58,12 @@ def test_concurrent_branches_run_at_once_and_write_what_one_after_another_writes
     pools: dict[str, str] = {}
 
     def waiting(name: str, build: Any) -> Any:
-        def wrapped(events: Any) -> Any:
+        def wrapped(events: Any, *more: Any) -> Any:
             threads[name] = threading.current_thread().name
             # Each branch's jobs go to a scheduler pool of its own (FAIR between pools).
             pools[name] = events.sparkSession.sparkContext.getLocalProperty(job.SCHEDULER_POOL)
             meet.wait()
-            return build(events)
+            return build(events, *more)
 
         return wrapped
 
