@@ -206,14 +206,17 @@ def test_a_failed_fast_path_leaves_every_file_to_spark(
     assert "the ingest's fast path failed" in caplog.text
 
 
-def test_the_fast_path_setting_must_be_true_or_false(spark: Any, tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("setting", ["FAST_PATH_CONF", "LEADER_EPOCHS_IN_TASKS_CONF"])
+def test_the_fast_path_settings_must_be_true_or_false(spark: Any, tmp_path: pathlib.Path, setting: str) -> None:
+    """The fast path's own setting, and that of the leader-epoch check in its tasks."""
     from controller_svc.analytics import ingest
 
+    name = getattr(ingest, setting)
     logs = tmp_path / "logs"
     _write(logs, "broker-1.state-change.jsonl", ACCEPTED)
-    spark.conf.set(ingest.FAST_PATH_CONF, "sometimes")
+    spark.conf.set(name, "sometimes")
     try:
         with pytest.raises(ingest.InputError, match="must be true or false"):
             ingest.ingest(spark, [str(logs)], str(tmp_path / "out"))
     finally:
-        spark.conf.unset(ingest.FAST_PATH_CONF)
+        spark.conf.unset(name)

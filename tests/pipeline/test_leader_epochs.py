@@ -220,16 +220,3 @@ def test_a_node_the_tasks_did_not_see_whole_is_checked_by_spark(
         assert not checks.other_files and not checks.nodes
         assert checks.multi_chunk_nodes == frozenset({"broker-2"})
     assert not _candidate_files(tmp_path / "out")
-
-
-def test_the_setting_must_be_true_or_false(spark: Any, tmp_path: pathlib.Path) -> None:
-    from controller_svc.analytics import ingest
-
-    logs = tmp_path / "logs"
-    scenarios.clean_failover(logs)
-    spark.conf.set(ingest.LEADER_EPOCHS_IN_TASKS_CONF, "perhaps")
-    try:
-        with pytest.raises(ingest.InputError, match="must be true or false"):
-            ingest.ingest(spark, [str(logs)], str(tmp_path / "out"))
-    finally:
-        spark.conf.unset(ingest.LEADER_EPOCHS_IN_TASKS_CONF)
