@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller_svc.analytics import census, leader_epochs, schema
+from controller_svc.analytics import census, leader_epochs, node_index, schema
 
 # A task's share of a file: 1.6 GB of logs (10M records) make 36 tasks, enough for 2 cores to
 # finish together (largest first, ingest._fast_path), few enough files per kind for the readers.
@@ -48,6 +48,8 @@ BLOCK_BYTES = 8 << 20
 # events table's directory: Spark's file listing skips a name beginning with `_`, so the
 # table's readers never see them, and whatever clears the table clears them.
 CHECKS_DIR = "_leader_epochs"
+# Where they write each chunk's distinct node times (node_index.py), likewise hidden.
+NODE_TIMES_DIR = "_node_times"
 # Snappy rather than the zstd of Spark's writer: the 10M-event fast path ~0.7 s faster in one
 # warm A/B (15.2-15.5 s against 16.1 s; issue 13's notes).
 COMPRESSION = "snappy"
@@ -66,13 +68,15 @@ class Chunk:
 @dataclass(frozen=True)
 class Outcome:
     """What a task did with a chunk: `rows` records written, or why it wrote nothing;
-    `checked_nodes`: the nodes whose role changes it checked (leader_epochs.check_chunk)."""
+    `checked_nodes`: the nodes whose role changes it checked (leader_epochs.check_chunk);
+    `node_totals`: each node's totals in the chunk (node_index.summarize_chunk)."""
 
     file_id: int
     start: int
     rows: int
     rejected: str | None
     checked_nodes: tuple[str, ...] = ()
+    node_totals: tuple[node_index.NodeTotal, ...] = ()
 
 
 def available() -> bool:
@@ -239,12 +243,15 @@ def _census(data: bytes) -> str | None:
     return why
 
 
-def ingest_chunk(chunk: Chunk, events_dir: str, check_leader_epochs: bool = False) -> Outcome:
+def ingest_chunk(
+    chunk: Chunk, events_dir: str, check_leader_epochs: bool = False, index_nodes: bool = False
+) -> Outcome:
     """Parses, checks and writes one chunk (in a Spark task). Writes nothing unless the whole
     chunk is accepted; each file is written under a temporary name and renamed, so a reader
     never sees half a file. With `check_leader_epochs`, also makes the leader-epoch check over
     the chunk's role changes (leader_epochs.check_chunk) and writes its candidates, if any,
-    under CHECKS_DIR."""
+    under CHECKS_DIR. With `index_nodes`, also returns each node's totals and writes its
+    distinct record times under NODE_TIMES_DIR (node_index.summarize_chunk)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -294,7 +301,15 @@ def ingest_chunk(chunk: Chunk, events_dir: str, check_leader_epochs: bool = Fals
             os.makedirs(directory, exist_ok=True)
             final = os.path.join(directory, f"{FILE_PREFIX}{chunk.file_id}-{chunk.start}.parquet")
             _write_parquet(found.candidates, directory, final, use_dictionary=True)
-    return Outcome(chunk.file_id, chunk.start, rows, None, checked)
+    totals: tuple[node_index.NodeTotal, ...] = ()
+    if index_nodes:
+        summary = node_index.summarize_chunk(table, chunk.file_id)
+        totals = summary.totals
+        directory = os.path.join(events_dir, NODE_TIMES_DIR)
+        os.makedirs(directory, exist_ok=True)
+        final = os.path.join(directory, f"{FILE_PREFIX}{chunk.file_id}-{chunk.start}.parquet")
+        _write_parquet(summary.times, directory, final, use_dictionary=["node"])
+    return Outcome(chunk.file_id, chunk.start, rows, None, checked, totals)
 
 
 def _write_parquet(table: Any, directory: str, final: str, use_dictionary: bool | list[str]) -> None:

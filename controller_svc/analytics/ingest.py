@@ -29,7 +29,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from controller_svc.analytics import arrow_ingest, census, leader_epochs, schema
+from controller_svc.analytics import arrow_ingest, census, leader_epochs, node_index, schema
 
 log = logging.getLogger("analytics")
 
@@ -39,6 +39,9 @@ MAX_BAD_VALUE_CHARS = 2000
 FAST_PATH_CONF = "spark.kcontroller.arrowIngest"
 # The leader-epoch check in the fast path's tasks (leader_epochs.py); false leaves it to Spark.
 LEADER_EPOCHS_IN_TASKS_CONF = "spark.kcontroller.leaderEpochsInTasks"
+# Node totals and node times from the fast path's tasks (node_index.py); false leaves them to
+# scans of the events table.
+NODE_INDEX_IN_TASKS_CONF = "spark.kcontroller.nodeIndexInTasks"
 
 _SPARK_TYPES: dict[str, T.DataType] = {
     schema.LONG: T.LongType(),
@@ -152,14 +155,22 @@ def read_lines(spark: SparkSession, files: Sequence[str], file_ids: DataFrame | 
 
 
 @dataclass(frozen=True)
+class FromTasks:
+    """What the fast path's tasks found besides the records: the leader-epoch checks they made
+    and the node figures they took (each None when they did not)."""
+
+    checks: leader_epochs.TaskChecks | None = None
+    nodes: node_index.TaskNodes | None = None
+
+
+@dataclass(frozen=True)
 class Records:
     """The parsed lines (`lines`: parse's columns; None when the fast path took every file),
-    the files table their file_ids index, and the leader-epoch checks the fast path's tasks
-    made (None when they made none)."""
+    the files table their file_ids index, and what the fast path's tasks found besides."""
 
     lines: DataFrame | None
     files: DataFrame
-    checks: leader_epochs.TaskChecks | None = None
+    from_tasks: FromTasks = FromTasks()
 
 
 def read_records(
@@ -192,18 +203,34 @@ def read_records(
         spark, [*fast_names, *(name for frame in frames if frame is not None for name in frame.inputFiles())]
     )
     turned_down: list[str] = []
-    checks: leader_epochs.TaskChecks | None = None
+    from_tasks = FromTasks()
     if fast:
         assert fast_path_dir is not None
         result = _fast_path(spark, fast, fast_names, files_table, fast_path_dir)
         turned_down = result.turned_down
-        if result.checked:
-            checks = leader_epochs.task_checks(
-                result.checked,
-                set(result.written_file_ids),
-                other_files=bool(others or turned_down),
-                candidates_dir=os.path.join(fast_path_dir, arrow_ingest.CHECKS_DIR),
-            )
+        other_files = bool(others or turned_down)
+        from_tasks = FromTasks(
+            checks=(
+                leader_epochs.task_checks(
+                    result.checked,
+                    set(result.written_file_ids),
+                    other_files=other_files,
+                    candidates_dir=os.path.join(fast_path_dir, arrow_ingest.CHECKS_DIR),
+                )
+                if result.checked
+                else None
+            ),
+            nodes=(
+                node_index.TaskNodes(
+                    totals=tuple(result.node_totals),
+                    fast_file_ids=result.written_file_ids,
+                    other_files=other_files,
+                    times_dir=os.path.join(fast_path_dir, arrow_ingest.NODE_TIMES_DIR),
+                )
+                if result.indexed_nodes
+                else None
+            ),
+        )
         if turned_down:
             readers = census.plan([*others, *turned_down], prefetch=prefetch)
             frames = _frames(spark, readers)
@@ -220,7 +247,7 @@ def read_records(
         parts.append(_json_records(json_frame, files_table))
     if text_frame is not None:
         parts.append(parse(_located(text_frame, files_table, [F.col("value")])))
-    return Records(functools.reduce(DataFrame.unionByName, parts) if parts else None, files_table, checks)
+    return Records(functools.reduce(DataFrame.unionByName, parts) if parts else None, files_table, from_tasks)
 
 
 def _frames(spark: SparkSession, readers: census.ReaderPlan) -> tuple[DataFrame | None, DataFrame | None]:
@@ -251,11 +278,14 @@ def _fast_path_usable(spark: SparkSession) -> bool:
 class FastPathResult:
     """What the fast path did: the files it turned down (their records not written), and for
     the files it wrote, each accepted chunk's file and the nodes whose leader epochs it checked
-    (leader_epochs.py; none when the check is off)."""
+    (leader_epochs.py; none when the check is off), and each accepted chunk's node totals
+    (node_index.py; `indexed_nodes`: whether the tasks took them)."""
 
     turned_down: list[str]
     written_file_ids: frozenset[int]
     checked: list[tuple[int, tuple[str, ...]]]
+    node_totals: list[tuple[int, node_index.NodeTotal]]
+    indexed_nodes: bool
 
 
 def _fast_path(
@@ -278,12 +308,16 @@ def _fast_path(
     # Largest first: Spark runs tasks in order, and the last wave is then of the smallest.
     chunks.sort(key=lambda chunk: chunk.start - chunk.end)
     check_leader_epochs = boolean_setting(spark, LEADER_EPOCHS_IN_TASKS_CONF)
+    index_nodes = boolean_setting(spark, NODE_INDEX_IN_TASKS_CONF)
     try:
         outcomes: list[arrow_ingest.Outcome] = (
             spark.sparkContext.parallelize(chunks, max(1, len(chunks)))
             .map(
                 functools.partial(
-                    arrow_ingest.ingest_chunk, events_dir=events_dir, check_leader_epochs=check_leader_epochs
+                    arrow_ingest.ingest_chunk,
+                    events_dir=events_dir,
+                    check_leader_epochs=check_leader_epochs,
+                    index_nodes=index_nodes,
                 )
             )
             .collect()
@@ -293,7 +327,7 @@ def _fast_path(
         # then reads every file, slower and exact. Never a reason to fail the job.
         log.warning("the ingest's fast path failed; Spark's readers read its files: %s", str(e).splitlines()[0])
         arrow_ingest.clear(events_dir)
-        return FastPathResult(list(fast), frozenset(), [])
+        return FastPathResult(list(fast), frozenset(), [], [], False)
     turned_down: dict[int, str] = {}
     for outcome in outcomes:
         if outcome.rejected is not None and outcome.file_id not in turned_down:
@@ -315,6 +349,13 @@ def _fast_path(
             for outcome in outcomes
             if outcome.file_id not in turned_down and check_leader_epochs
         ],
+        node_totals=[
+            (outcome.file_id, total)
+            for outcome in outcomes
+            if outcome.file_id not in turned_down
+            for total in outcome.node_totals
+        ],
+        indexed_nodes=index_nodes,
     )
 
 
@@ -549,12 +590,11 @@ def events_schema() -> T.StructType:
     return T.StructType(fields + extra)
 
 
-def ingest(
-    spark: SparkSession, inputs: Sequence[str], out: str, prefetch: census.Prefetch | None = None
-) -> leader_epochs.TaskChecks | None:
+def ingest(spark: SparkSession, inputs: Sequence[str], out: str, prefetch: census.Prefetch | None = None) -> FromTasks:
     """Parse every line once into OUTDIR/events, partitioned by status and kind so that each
     analysis reads only the kinds it needs, and name the files it indexes in OUTDIR/files.
-    Returns the leader-epoch checks the fast path's tasks made, for invariants.py."""
+    Returns what the fast path's tasks found besides: the leader-epoch checks (for
+    invariants.py) and the node figures (node_totals, signs_of_life)."""
     events_dir = census.local_path(f"{out}/events")
     fast_path_dir = events_dir if events_dir is not None and _fast_path_usable(spark) else None
     if fast_path_dir is not None:
@@ -566,7 +606,7 @@ def ingest(
     records.files.coalesce(1).write.mode("overwrite").parquet(f"{out}/files")
     if records.lines is not None:
         write_events(records.lines, out, mode="overwrite" if fast_path_dir is None else "append")
-    return records.checks
+    return records.from_tasks
 
 
 def files(spark: SparkSession, out: str) -> DataFrame:
@@ -627,6 +667,82 @@ def checked_candidates(
     )
     frame = spark.read.schema(columns).parquet(checks.candidates_dir) if written else spark.createDataFrame([], columns)
     return with_node_columns(cluster_by.attach(frame, files_table))
+
+
+def _not_from_tasks(events: DataFrame, nodes: node_index.TaskNodes) -> DataFrame | None:
+    """The records of `events` from files the fast path's tasks did not write (None when they
+    wrote every file). A fast file's Parquet files hold one file_id, so the scan skips them by
+    their statistics."""
+    if not nodes.other_files:
+        return None
+    return events.filter(F.col("file_id").isNull() | ~F.col("file_id").isin(sorted(nodes.fast_file_ids)))
+
+
+def node_totals(
+    spark: SparkSession,
+    events: DataFrame,
+    nodes: node_index.TaskNodes | None,
+    cluster_by: ClusterBy,
+    files_table: DataFrame,
+) -> DataFrame:
+    """Per (cluster, node): events, first_ts, last_ts, writes_liveness (1 or 0) and `unnamed`
+    (records whose file the files table does not name, see _located). From the fast path's
+    tasks for the files they wrote, from a scan of the events table for the others."""
+    scanned = events if nodes is None else _not_from_tasks(events, nodes)
+    parts = []
+    if scanned is not None:
+        parts.append(
+            scanned.groupBy("cluster", "node").agg(
+                F.count("*").alias("events"),
+                F.min("ts").alias("first_ts"),
+                F.max("ts").alias("last_ts"),
+                F.max((F.col("kind_group") == "node.alive").cast("int")).alias("writes_liveness"),
+                F.count(F.when(F.col("file_id").isNull(), 1)).alias("unnamed"),
+            )
+        )
+    if nodes is not None:
+        from_tasks = spark.createDataFrame(
+            [
+                (file_id, total.node, total.events, total.first_ts, total.last_ts, int(total.writes_liveness))
+                for file_id, total in nodes.totals
+            ],
+            "file_id int, node string, events bigint, first_ts bigint, last_ts bigint, writes_liveness int",
+        )
+        parts.append(
+            cluster_by.attach(from_tasks, files_table).select(
+                "cluster",
+                "node",
+                "events",
+                "first_ts",
+                "last_ts",
+                "writes_liveness",
+                F.lit(0).cast("bigint").alias("unnamed"),
+            )
+        )
+    combined = functools.reduce(DataFrame.unionByName, parts)
+    if len(parts) == 1 and scanned is not None:
+        return combined
+    return combined.groupBy("cluster", "node").agg(
+        F.sum("events").alias("events"),
+        F.min("first_ts").alias("first_ts"),
+        F.max("last_ts").alias("last_ts"),
+        F.max("writes_liveness").alias("writes_liveness"),
+        F.sum("unnamed").alias("unnamed"),
+    )
+
+
+def signs_of_life(
+    spark: SparkSession, events: DataFrame, nodes: node_index.TaskNodes, cluster_by: ClusterBy, files_table: DataFrame
+) -> DataFrame:
+    """(cluster, node, ts) for the records of every node, distinct per file: the fast path's
+    tasks' node times for the files they wrote (node_index.py), the events table's records for
+    the others. What timelines.node_records searches for a node's last record."""
+    written = os.path.isdir(nodes.times_dir) and any(name.endswith(".parquet") for name in os.listdir(nodes.times_dir))
+    columns = node_index.spark_times_schema()
+    times = spark.read.schema(columns).parquet(nodes.times_dir) if written else spark.createDataFrame([], columns)
+    indexed = cluster_by.attach(times, files_table).select("cluster", "node", "ts")
+    scanned = _not_from_tasks(events, nodes)
+    return indexed if scanned is None else indexed.unionByName(scanned.select("cluster", "node", "ts"))
 
 
 def bad_records(

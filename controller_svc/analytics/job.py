@@ -156,12 +156,13 @@ def analyze(
     clock = StepClock(spark)
     out = out.rstrip("/")
     with clock.step("ingest"):
-        checks = ingest.ingest(spark, inputs, out, prefetch)
+        from_tasks = ingest.ingest(spark, inputs, out, prefetch)
+    checks = from_tasks.checks
     with clock.step("clusters"):
         malformed_lines = ingest.malformed_count(spark, out)
         files = ingest.files(spark, out)
         events = ingest.events(spark, out, cluster_by, files)
-        per_cluster_events = _per_cluster(events)
+        per_cluster_events = _per_cluster(ingest.node_totals(spark, events, from_tasks.nodes, cluster_by, files))
         lines = malformed_lines + sum(seen["events"] for seen in per_cluster_events.values())
         log.info("%d lines parsed in %.1f s", lines, time.monotonic() - started)
         if lines == 0:
@@ -181,6 +182,11 @@ def analyze(
         [(name, node) for name, seen in per_cluster_events.items() for node in seen["liveness"]],
         "cluster string, node string",
     )
+    signs_of_life = (
+        ingest.signs_of_life(spark, events, from_tasks.nodes, cluster_by, files)
+        if from_tasks.nodes is not None
+        else None
+    )
 
     def partitions() -> DataFrame:
         # The timelines' own caches, released once the tables built from them are written (each
@@ -190,7 +196,10 @@ def analyze(
         try:
             _write(lambda: leaders.drop("from_pos", "until_pos", "block", "mid"), out, "leadership", clock)
             return _write(
-                lambda: timelines.offline_intervals(events, leaders, held, liveness), out, "offline_intervals", clock
+                lambda: timelines.offline_intervals(events, leaders, held, liveness, signs_of_life),
+                out,
+                "offline_intervals",
+                clock,
             )
         finally:
             leaders.unpersist()
@@ -204,7 +213,7 @@ def analyze(
             )
             incidents = _write(
                 lambda: timelines.failover_incidents(
-                    events, tenures.withColumn("start_pos", F.struct("start_ts")), held, liveness
+                    events, tenures.withColumn("start_pos", F.struct("start_ts")), held, liveness, signs_of_life
                 ),
                 out,
                 "failover_incidents",
@@ -372,21 +381,14 @@ def _logged(name: str, run: Callable[[], Any]) -> Callable[[], Any]:
     return branch
 
 
-def _per_cluster(events: DataFrame) -> dict[str, dict[str, Any]]:
+def _per_cluster(per_node: DataFrame) -> dict[str, dict[str, Any]]:
     """Per cluster: its events, first and last ts, node names and the nodes that write
     node.alive (timelines.writers_of_liveness, without a scan of their records); raises when a
-    record's file has no id (see ingest._located). Aggregated per
-    node (a few rows, combined here): numbers only, which Spark sums in a hash table, where a
-    set of names per cluster took its slower object aggregate over every row (10M events: 1.7
-    -> 1.0 s)."""
+    record's file has no id (see ingest._located). From the per-node totals (ingest.node_totals:
+    a few rows, combined here): numbers only, which Spark sums in a hash table, where a set of
+    names per cluster took its slower object aggregate over every row (10M events: 1.7 -> 1.0
+    s); the fast path's tasks take most of them already."""
     clusters: dict[str, dict[str, Any]] = {}
-    per_node = events.groupBy("cluster", "node").agg(
-        F.count("*").alias("events"),
-        F.min("ts").alias("first_ts"),
-        F.max("ts").alias("last_ts"),
-        F.max((F.col("kind_group") == "node.alive").cast("int")).alias("writes_liveness"),
-        F.count(F.when(F.col("file_id").isNull(), 1)).alias("unnamed"),
-    )
     rows = per_node.collect()
     unnamed = sum(int(row["unnamed"]) for row in rows)
     if unnamed:

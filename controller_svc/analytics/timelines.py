@@ -91,12 +91,14 @@ def liveness_nodes(writers: DataFrame, role: str) -> DataFrame:
     return of_role(with_node_columns(writers.select("cluster", "node")), role).select("cluster", "node", "node_id")
 
 
-def node_records(events: DataFrame, role: str) -> DataFrame:
-    """(cluster, node, ts) of every record written by a node named as `role`'s are. Which of
+def node_records(events: DataFrame, role: str, signs_of_life: DataFrame | None = None) -> DataFrame:
+    """(cluster, node, ts) of every record written by a node named as `role`'s are, or of
+    `signs_of_life` when given (the same times, fewer rows: ingest.signs_of_life). Which of
     those nodes count (liveness_nodes) is decided on the few queries about them, not on these
     millions of rows: a join of every broker record with the nodes' table was a third of the
     last-sign-of-life lookup at 10M events."""
-    return events.filter(_named_as(role)).select("cluster", "node", "ts")
+    source = events if signs_of_life is None else signs_of_life
+    return source.filter(_named_as(role)).select("cluster", "node", "ts")
 
 
 # Up to this many query times for one key, records meet their key's times in a broadcast join;
@@ -278,7 +280,11 @@ def controller_tenures(events: DataFrame) -> DataFrame:
 
 
 def failover_incidents(
-    events: DataFrame, tenures: DataFrame, held: HeldFrames, liveness: DataFrame | None = None
+    events: DataFrame,
+    tenures: DataFrame,
+    held: HeldFrames,
+    liveness: DataFrame | None = None,
+    signs_of_life: DataFrame | None = None,
 ) -> DataFrame:
     """Controller lost -> new controller elected -> every live broker applied the new epoch's
     UpdateMetadata, for every election that followed another in the same cluster.
@@ -294,7 +300,8 @@ def failover_incidents(
     process writes at a fixed interval), so `detection_ms` (fault -> loss seen) is about the
     session timeout after a kill -9 and about zero after a SIGTERM, and `total_ms` runs from the
     fault to every live broker on the new epoch (detection + election + propagation).
-    `liveness`: the nodes that write node.alive (writers_of_liveness), when known already.
+    `liveness`: the nodes that write node.alive (writers_of_liveness), when known already;
+    `signs_of_life`: every node's record times (node_records), when indexed already.
     """
     in_cluster = Window.partitionBy("cluster").orderBy("start_pos", "controller_epoch")
     chained = tenures.select(
@@ -386,7 +393,7 @@ def failover_incidents(
         .withColumn("converged_ts", F.when(F.col("brokers_applied") == F.col("brokers"), F.col("last_applied_ts")))
     )
     # The old controller's last sign of life up to the loss (a zombie's records after it don't count).
-    signs_of_life = node_records(events, "controller").withColumnRenamed("node", "previous_node")
+    controller_records = node_records(events, "controller", signs_of_life).withColumnRenamed("node", "previous_node")
     writers = liveness if liveness is not None else writers_of_liveness(events)
     with_liveness = liveness_nodes(writers, "controller").select("cluster", F.col("node").alias("previous_node"))
     last_alive = (
@@ -394,7 +401,7 @@ def failover_incidents(
             chained.select("cluster", "controller_epoch", "previous_node", "lost_ts").join(
                 F.broadcast(with_liveness), ["cluster", "previous_node"]
             ),
-            signs_of_life,
+            controller_records,
             ["cluster", "previous_node"],
             at="lost_ts",
             inclusive=True,
@@ -573,7 +580,11 @@ def _sorted_first_loss_in_tenure(led: DataFrame, losses: DataFrame) -> DataFrame
 
 
 def offline_intervals(
-    events: DataFrame, leaders: DataFrame, held: HeldFrames, liveness: DataFrame | None = None
+    events: DataFrame,
+    leaders: DataFrame,
+    held: HeldFrames,
+    liveness: DataFrame | None = None,
+    signs_of_life: DataFrame | None = None,
 ) -> DataFrame:
     """From the moment a partition lost its leader to the moment the new leader's broker applied
     that role.
@@ -588,7 +599,8 @@ def offline_intervals(
     that broker's last sign of life (its last record of any kind, `node.alive` included, before
     the controller saw it go; for a bounce, before its new registration). `detected_ts` is when
     the loss was seen, and `detection_ms` the time in between. `liveness`: the nodes that write
-    node.alive (writers_of_liveness), when known already.
+    node.alive (writers_of_liveness), when known already; `signs_of_life`: every node's record
+    times (node_records), when indexed already.
     """
     keys = ["cluster", "topic", "partition"]
     set_to_none = of_kind(events, "partition.offline").select(
@@ -641,7 +653,7 @@ def offline_intervals(
             bounds.select("cluster", "pos", "broker", "alive_before").join(
                 F.broadcast(with_liveness), ["cluster", "broker"]
             ),
-            node_records(events, "broker"),
+            node_records(events, "broker", signs_of_life),
             ["cluster", "node"],
             at="alive_before",
             inclusive=False,

@@ -202,13 +202,14 @@ def test_a_failed_fast_path_leaves_every_file_to_spark(
     caplog.set_level(logging.WARNING, logger="analytics")
     result = ingest._fast_path(spark, files, names, ingest.file_table(spark, names), str(not_a_directory))
     assert result.turned_down == files
-    assert result.checked == [] and result.written_file_ids == frozenset()
+    assert result.checked == [] and result.written_file_ids == frozenset() and result.node_totals == []
     assert "the ingest's fast path failed" in caplog.text
 
 
-@pytest.mark.parametrize("setting", ["FAST_PATH_CONF", "LEADER_EPOCHS_IN_TASKS_CONF"])
+@pytest.mark.parametrize("setting", ["FAST_PATH_CONF", "LEADER_EPOCHS_IN_TASKS_CONF", "NODE_INDEX_IN_TASKS_CONF"])
 def test_the_fast_path_settings_must_be_true_or_false(spark: Any, tmp_path: pathlib.Path, setting: str) -> None:
-    """The fast path's own setting, and that of the leader-epoch check in its tasks."""
+    """The fast path's own setting, and those of the leader-epoch check and the node figures in
+    its tasks."""
     from controller_svc.analytics import ingest
 
     name = getattr(ingest, setting)

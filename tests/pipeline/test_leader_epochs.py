@@ -199,9 +199,9 @@ def test_a_node_the_tasks_did_not_see_whole_is_checked_by_spark(
     real = ingest.ingest
 
     def recording(*args: Any, **kwargs: Any) -> Any:
-        checks = real(*args, **kwargs)
-        seen.append(checks)
-        return checks
+        found = real(*args, **kwargs)
+        seen.append(found.checks)
+        return found
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ingest, "ingest", recording)
