@@ -5,10 +5,12 @@ leadership, offline_intervals, request_latency, violations. Only aggregates and 
 (at most a few thousand rows) are collected to the driver, for summary.json and report.html.
 
 After the ingest, the analyses run in concurrent branches (one thread each; Spark's scheduler
-shares the cores between their queries), and so do the summary's and the report's queries:
-one query's driver-side planning, its single-task stages and its last wave's stragglers leave a
-core idle that another branch's tasks use. `--conf spark.kcontroller.concurrentAnalyses=false`
-runs them one after another (each step then has the cores to itself, for profiling).
+shares the cores between their queries): one query's driver-side planning, its single-task
+stages and its last wave's stragglers leave a core idle that another branch's tasks use. Each
+branch then runs the summary's and the report's queries on its own tables (concurrently too),
+so that only the last branch's are left once the others have finished. `--conf
+spark.kcontroller.concurrentAnalyses=false` runs them one after another (each step then has
+the cores to itself, for profiling).
 """
 
 from __future__ import annotations
@@ -188,14 +190,20 @@ def analyze(
         else None
     )
 
-    def partitions() -> DataFrame:
+    def figures(step: str, queries: dict[str, Callable[[], Any]]) -> dict[str, Any]:
+        # A branch's own summary and report queries, right after the tables they read are
+        # written: only the last branch's then remain after the others have finished.
+        with clock.step(step):
+            return run_branches(spark, queries, concurrent)
+
+    def partitions() -> dict[str, Any]:
         # The timelines' own caches, released once the tables built from them are written (each
         # table is read back from its Parquet files, not from their lineage).
         held = timelines.HeldFrames()
         leaders = timelines.leadership(events).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             _write(lambda: leaders.drop("from_pos", "until_pos", "block", "mid"), out, "leadership", clock)
-            return _write(
+            offline = _write(
                 lambda: timelines.offline_intervals(events, leaders, held, liveness, signs_of_life),
                 out,
                 "offline_intervals",
@@ -204,8 +212,18 @@ def analyze(
         finally:
             leaders.unpersist()
             held.release()
+        return figures(
+            "offline_figures",
+            {
+                "availability": lambda: _offline_availability(offline),
+                "offline_series": lambda: _offline_series(spark, offline, per_cluster_events),
+                "longest_offline": lambda: _rows(
+                    offline.orderBy(F.desc_nulls_first("duration_ms"), "start_ts"), SAMPLE_INTERVALS
+                ),
+            },
+        )
 
-    def controllers() -> tuple[DataFrame, DataFrame]:
+    def controllers() -> dict[str, Any]:
         held = timelines.HeldFrames()
         try:
             tenures = _write(
@@ -219,9 +237,19 @@ def analyze(
                 "failover_incidents",
                 clock,
             )
-            return tenures, incidents
         finally:
             held.release()
+        return figures(
+            "controller_figures",
+            {
+                "availability": lambda: _failover_availability(incidents),
+                "elections": tenures.count,
+                "failovers": lambda: _rows(
+                    incidents.orderBy("cluster", "elected_ts").drop("brokers_not_applied"), MAX_FAILOVERS_IN_REPORT
+                ),
+                "tenures": lambda: _rows(tenures.orderBy("cluster", "start_ts"), MAX_FAILOVERS_IN_REPORT),
+            },
+        )
 
     checked = (
         invariants.CheckedInTasks(checks, ingest.checked_candidates(spark, checks, cluster_by, files))
@@ -229,7 +257,7 @@ def analyze(
         else None
     )
 
-    def found_violations() -> DataFrame:
+    def found_violations() -> dict[str, Any]:
         found = _write(lambda: invariants.all_violations(events, checked), out, "_violations_unresolved", clock)
         resolved = _write(
             lambda: (
@@ -242,44 +270,63 @@ def analyze(
             clock,
         )
         _delete(spark, f"{out}/_violations_unresolved")
-        return resolved
+        return figures(
+            "violation_figures",
+            {
+                "counts": lambda: resolved.groupBy("cluster", "invariant").count().collect(),
+                "samples": lambda: _violation_samples(resolved),
+            },
+        )
 
-    # Four branches that share no step; each branch's steps run in order (offline intervals
-    # use leadership's cached timeline, failovers the tenures' table, the violations' evidence
-    # the unresolved violations). The pools share the cores fairly, so the order here is only
-    # that of the threads' start: the longest branch first.
+    def requests() -> dict[str, Any]:
+        latency = _write(lambda: timelines.request_latency(events), out, "request_latency", clock)
+        return figures(
+            "request_figures",
+            {
+                "latency": lambda: _rows(latency.orderBy("cluster", "broker", "api"), 5000),
+                "latency_histogram": lambda: _rows(timelines.latency_histogram(events)),
+            },
+        )
+
+    def bad_lines() -> dict[str, Any]:
+        return figures(
+            "bad_record_figures",
+            {
+                "malformed": lambda: bad.groupBy("cluster").count().collect() if malformed_lines else [],
+                "samples": lambda: _rows(bad.orderBy("file", "line"), SAMPLE_VIOLATIONS),
+            },
+        )
+
+    # Branches that share no step; each branch's steps run in order (offline intervals use
+    # leadership's cached timeline, failovers the tenures' table, the violations' evidence the
+    # unresolved violations, each branch's figures its tables). The pools share the cores
+    # fairly, so the order here is only that of the threads' start: the longest branch first.
     branches = run_branches(
         spark,
         {
             "partitions": partitions,
             "violations": found_violations,
             "controllers": controllers,
-            "request_latency": lambda: _write(lambda: timelines.request_latency(events), out, "request_latency", clock),
+            "request_latency": requests,
+            "bad_records": bad_lines,
         },
         concurrent,
     )
-    offline: DataFrame = branches["partitions"]
-    violations: DataFrame = branches["violations"]
-    tenures, incidents = branches["controllers"]
-    latency: DataFrame = branches["request_latency"]
+    partition_figures = branches["partitions"]
+    controller_figures = branches["controllers"]
+    violation_figures = branches["violations"]
+    request_figures = branches["request_latency"]
+    bad_record_figures = branches["bad_records"]
 
-    with clock.step("availability"):
-        figures = run_branches(
-            spark,
-            {
-                "violation_counts": lambda: violations.groupBy("cluster", "invariant").count().collect(),
-                "malformed": lambda: bad.groupBy("cluster").count().collect() if malformed_lines else [],
-                "availability": lambda: _availability(offline, incidents),
-                "elections": tenures.count,
-            },
-            concurrent,
-        )
-    malformed_by_cluster = {row["cluster"]: int(row["count"]) for row in figures["malformed"]}
+    malformed_by_cluster = {row["cluster"]: int(row["count"]) for row in bad_record_figures["malformed"]}
     malformed = sum(malformed_by_cluster.values())
     counts: dict[str, dict[str, int]] = {}
-    for row in figures["violation_counts"]:
+    for row in violation_figures["counts"]:
         counts.setdefault(row["cluster"], {})[row["invariant"]] = int(row["count"])
-    availability = figures["availability"]
+    availability: dict[str, dict[str, Any]] = {}
+    for part in (partition_figures["availability"], controller_figures["availability"]):
+        for name, entry in part.items():
+            availability.setdefault(name, _availability_defaults()).update(entry)
     clusters: dict[str, Any] = {}
     for name, seen in sorted(per_cluster_events.items()):
         clusters[name] = {
@@ -300,7 +347,7 @@ def analyze(
         "violations": total_violations,
         "availability": _combine_availability([c["availability"] for c in clusters.values()]),
         "controllers": {
-            "elections": figures["elections"],
+            "elections": controller_figures["elections"],
         },
         "clusters": clusters,
         "tables": {name: f"{out}/{name}" for name in TABLES},
@@ -313,25 +360,17 @@ def analyze(
         "step_spans_s": clock.spans,
     }
     with clock.step("report"):
-        samples = run_branches(
-            spark,
-            {
-                "offline_series": lambda: _offline_series(spark, offline, per_cluster_events),
-                "failovers": lambda: _rows(
-                    incidents.orderBy("cluster", "elected_ts").drop("brokers_not_applied"), MAX_FAILOVERS_IN_REPORT
-                ),
-                "tenures": lambda: _rows(tenures.orderBy("cluster", "start_ts"), MAX_FAILOVERS_IN_REPORT),
-                "latency": lambda: _rows(latency.orderBy("cluster", "broker", "api"), 5000),
-                "latency_histogram": lambda: _rows(timelines.latency_histogram(events)),
-                "violations": lambda: _violation_samples(violations),
-                "longest_offline": lambda: _rows(
-                    offline.orderBy(F.desc_nulls_first("duration_ms"), "start_ts"), SAMPLE_INTERVALS
-                ),
-                "bad_records": lambda: _rows(bad.orderBy("file", "line"), SAMPLE_VIOLATIONS),
-            },
-            concurrent,
+        data = report.ReportData(
+            summary=summary,
+            offline_series=partition_figures["offline_series"],
+            failovers=controller_figures["failovers"],
+            tenures=controller_figures["tenures"],
+            latency=request_figures["latency"],
+            latency_histogram=request_figures["latency_histogram"],
+            violations=violation_figures["samples"],
+            longest_offline=partition_figures["longest_offline"],
+            bad_records=bad_record_figures["samples"],
         )
-        data = report.ReportData(summary=summary, **samples)
     summary["elapsed_s"] = round(time.monotonic() - started, 3)
     summary_path = f"{out}/summary.json"
     report_path = f"{out}/report.html"
@@ -469,7 +508,8 @@ def _availability_defaults() -> dict[str, Any]:
     }
 
 
-def _availability(offline: DataFrame, incidents: DataFrame) -> dict[str, dict[str, Any]]:
+def _offline_availability(offline: DataFrame) -> dict[str, dict[str, Any]]:
+    """Per cluster, the availability figures of the offline intervals (_availability_defaults' keys)."""
     result: dict[str, dict[str, Any]] = {}
     # The distinct count is its own query: a distinct aggregate next to percentile_approx makes
     # Spark expand every row and aggregate the copies in one task (10x slower at 500k intervals).
@@ -487,9 +527,8 @@ def _availability(offline: DataFrame, incidents: DataFrame) -> dict[str, dict[st
         F.max("detection_ms").alias("longest_detection"),
     )
     for row in offline_rows.collect():
-        entry = result.setdefault(row["cluster"], _availability_defaults())
         p50, p99 = row["percentiles"] or (None, None)  # null when every interval is still open
-        entry.update(
+        result[row["cluster"]] = dict(
             offline_intervals=int(row["intervals"]),
             partitions_affected=affected.get(row["cluster"], 0),
             offline_partition_ms=_num(row["total"]) or 0,
@@ -500,6 +539,12 @@ def _availability(offline: DataFrame, incidents: DataFrame) -> dict[str, dict[st
             offline_detection_ms=_num(row["detection"]) or 0,
             longest_offline_detection_ms=_num(row["longest_detection"]),
         )
+    return result
+
+
+def _failover_availability(incidents: DataFrame) -> dict[str, dict[str, Any]]:
+    """Per cluster, the availability figures of the failover incidents (_availability_defaults' keys)."""
+    result: dict[str, dict[str, Any]] = {}
     failover_rows = incidents.groupBy("cluster").agg(
         F.count("*").alias("failovers"),
         F.max("total_ms").alias("longest"),
@@ -509,8 +554,7 @@ def _availability(offline: DataFrame, incidents: DataFrame) -> dict[str, dict[st
         F.max("detection_ms").alias("longest_detection"),
     )
     for row in failover_rows.collect():
-        entry = result.setdefault(row["cluster"], _availability_defaults())
-        entry.update(
+        result[row["cluster"]] = dict(
             failovers=int(row["failovers"]),
             longest_failover_ms=_num(row["longest"]),
             p50_failover_ms=_num(row["p50"]),
