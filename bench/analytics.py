@@ -8,7 +8,11 @@ preferred elections; cached under --dir), then time
 - `cold_s`: the command an operator runs, `controller-svc analyze LOGDIR --out OUTDIR`, as a new
   process from start to exit (Python, the JVM and Spark's start-up included), with the job's own
   seconds per step (`timings_s` of its summary.json: where the time goes);
-- `warm_s`: the same analysis again in this process's JVM, already warm;
+- `warm_s`: the same analysis again in this process's JVM, already warm: after the JVM's
+  warm-up on a small history, each size is analysed --warmup-runs times (1 by default) before
+  the timed runs, since the JIT compiles much of what a large history makes hot only in the
+  first runs of that size, which are seconds slower than the later ones at 10M events
+  (`warmup_samples_s` keeps those runs' times);
 - the floor, in the same run on the same files: Spark itself reading the JSON with the same
   schema and hashing every column (the parse, without any analysis), warm; the faster of
   Spark's default file splits and smaller ones that balance the last wave of tasks;
@@ -118,8 +122,10 @@ def cold_floor_run(logs: pathlib.Path, master: str, balanced: bool) -> float:
 
 
 def _parse_only(logs: pathlib.Path, master: str, balanced: bool) -> None:
-    """The cold floor's process (cold_floor_run): the session as the command builds it, one parse."""
-    spark = session.build(master)
+    """The cold floor's process (cold_floor_run): the session as the command builds it (from the
+    driver's class archive, which the benchmark's first cold run recorded), one parse."""
+    archive = session.locate_class_archive(session.check_runtime())
+    spark = session.build(master, archive=archive if archive is not None and archive.ready() else None)
     files = sorted(ingest.list_inputs(spark, [str(logs)]))
     split = None
     if balanced:
@@ -172,6 +178,12 @@ def main() -> None:
         help="runs of each measurement (cold, warm, floor; the warm ones interleaved with the floor's); "
         "medians are reported, with every sample: this machine's speed varies by 5-10%% between runs",
     )
+    parser.add_argument(
+        "--warmup-runs",
+        type=int,
+        default=1,
+        help="untimed analyses of each size before its timed warm runs (reported as warmup_samples_s)",
+    )
     parser.add_argument("--out", help="also write the report (JSON) here, e.g. bench/results/analytics-10m.json")
     parser.add_argument("--parse-only", metavar="LOGDIR", help=argparse.SUPPRESS)  # cold_floor_run's process
     parser.add_argument("--balanced", action="store_true", help=argparse.SUPPRESS)
@@ -181,6 +193,8 @@ def main() -> None:
         return
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.warmup_runs < 0:
+        parser.error("--warmup-runs must be at least 0")
     sizes = sorted(args.events or [1_000_000, 10_000_000])
     base = pathlib.Path(args.dir)
     base.mkdir(parents=True, exist_ok=True)
@@ -220,6 +234,11 @@ def main() -> None:
         floor_runs: list[dict[str, float]] = []
         arrow_floor_runs: list[float] = []
         warm: list[tuple[float, dict[str, Any]]] = []
+        warmup: list[float] = []
+        for _ in range(args.warmup_runs):
+            started = time.monotonic()
+            job.analyze(spark, [str(logs)], str(base / f"out-{size}"))
+            warmup.append(time.monotonic() - started)
         for _ in range(args.runs):
             floor_runs.append(floor_seconds(spark, logs))
             arrow_floor_runs.append(arrow_parse_seconds(spark, logs))
@@ -253,6 +272,8 @@ def main() -> None:
                 "warm_ratio_to_arrow_floor": round(took / _lower_median(arrow_floor_runs), 2),
                 "cold_samples_s": [round(t, 1) for t, _ in cold[size]],
                 "warm_samples_s": [round(t, 1) for t, _ in warm],
+                "warmup_runs": args.warmup_runs,
+                "warmup_samples_s": [round(t, 1) for t in warmup],
                 "floor_samples_s": [round(min(run.values()), 1) for run in floor_runs],
                 # The step times of the median runs.
                 "cold_timings_s": cold_summary.get("timings_s"),
