@@ -661,7 +661,7 @@ def checked_candidates(
 ) -> DataFrame:
     """The leader-epoch check's candidates the fast path's tasks wrote (leader_epochs.py), with
     cluster, node_role and node_id as `events` gives them."""
-    columns = leader_epochs.spark_candidate_schema()
+    columns = schema.task_columns_ddl(leader_epochs.CANDIDATE_COLUMNS)
     written = os.path.isdir(checks.candidates_dir) and any(
         name.endswith(".parquet") for name in os.listdir(checks.candidates_dir)
     )
@@ -738,7 +738,7 @@ def signs_of_life(
     tasks' node times for the files they wrote (node_index.py), the events table's records for
     the others. What timelines.node_records searches for a node's last record."""
     written = os.path.isdir(nodes.times_dir) and any(name.endswith(".parquet") for name in os.listdir(nodes.times_dir))
-    columns = node_index.spark_times_schema()
+    columns = schema.task_columns_ddl(node_index.TIMES_COLUMNS)
     times = spark.read.schema(columns).parquet(nodes.times_dir) if written else spark.createDataFrame([], columns)
     indexed = cluster_by.attach(times, files_table).select("cluster", "node", "ts")
     scanned = _not_from_tasks(events, nodes)

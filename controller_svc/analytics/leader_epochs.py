@@ -23,9 +23,10 @@ the restart test (a broker.started in between) is then made on those few rows by
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
+
+from controller_svc.analytics import schema
 
 # The roles whose epochs the check compares (leader, follower) and the deletion that starts a
 # partition over (a recreated topic's epochs begin again at 0).
@@ -75,20 +76,6 @@ class TaskChecks:
     candidates_dir: str
 
 
-@functools.cache
-def _arrow_candidate_schema() -> Any:
-    import pyarrow as pa
-
-    types = {"string": pa.string(), "long": pa.int64(), "int": pa.int32()}
-    return pa.schema([(name, types[kind]) for name, kind in CANDIDATE_COLUMNS])
-
-
-def spark_candidate_schema() -> str:
-    """The candidates files' schema as Spark reads them (DDL)."""
-    types = {"string": "string", "long": "bigint", "int": "int"}
-    return ", ".join(f"`{name}` {types[kind]}" for name, kind in CANDIDATE_COLUMNS)
-
-
 def _changed(column: Any) -> Any:
     """True where a value differs from the one before it (and at the first row)."""
     import pyarrow as pa
@@ -122,7 +109,7 @@ def check_chunk(rows: Any, file_id: int, block: int) -> Checked:
     rows = rows.filter(pc.is_in(rows["role"], value_set=pa.array(CHECKED_ROLES)))
     count = rows.num_rows
     if count == 0:
-        return Checked((), _arrow_candidate_schema().empty_table())
+        return Checked((), schema.task_columns_arrow(CANDIDATE_COLUMNS).empty_table())
     # Composite values below are rank * count + index: they must fit in an int64.
     assert count < 1 << 31, count
     nodes = tuple(sorted(pc.unique(rows["node"]).to_pylist()))
@@ -176,7 +163,7 @@ def check_chunk(rows: Any, file_id: int, block: int) -> Checked:
         ),
     )
     if not pc.any(candidate).as_py():
-        return Checked(nodes, _arrow_candidate_schema().empty_table())
+        return Checked(nodes, schema.task_columns_arrow(CANDIDATE_COLUMNS).empty_table())
     at = pc.filter(index, candidate)
     prior = pc.filter(earlier, candidate)
     original, original_prior = order.take(at), order.take(prior)
@@ -198,7 +185,7 @@ def check_chunk(rows: Any, file_id: int, block: int) -> Checked:
             "prev_ts": that["ts"],
             "prev_mid": that["mid"],
         },
-        schema=_arrow_candidate_schema(),
+        schema=schema.task_columns_arrow(CANDIDATE_COLUMNS),
     )
     return Checked(nodes, candidates)
 

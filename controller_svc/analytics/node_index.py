@@ -14,9 +14,10 @@ not `.jsonl`) is not in them: the job adds its records from the events table (`o
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
+
+from controller_svc.analytics import schema
 
 # The node-times files' columns (Arrow in the tasks, Spark's DDL for the readers).
 TIMES_COLUMNS: tuple[tuple[str, str], ...] = (("node", "string"), ("ts", "long"), ("file_id", "int"))
@@ -54,20 +55,6 @@ class TaskNodes:
     times_dir: str
 
 
-@functools.cache
-def _arrow_times_schema() -> Any:
-    import pyarrow as pa
-
-    types = {"string": pa.string(), "long": pa.int64(), "int": pa.int32()}
-    return pa.schema([(name, types[kind]) for name, kind in TIMES_COLUMNS])
-
-
-def spark_times_schema() -> str:
-    """The node-times files' schema as Spark reads them (DDL)."""
-    types = {"string": "string", "long": "bigint", "int": "int"}
-    return ", ".join(f"`{name}` {types[kind]}" for name, kind in TIMES_COLUMNS)
-
-
 def summarize_chunk(table: Any, file_id: int) -> ChunkNodes:
     """The node figures of an accepted chunk's records (an Arrow table with node, ts and kind,
     none of them null: arrow_ingest checks that before)."""
@@ -89,5 +76,5 @@ def summarize_chunk(table: Any, file_id: int) -> ChunkNodes:
     )
     distinct = table.select(["node", "ts"]).group_by(["node", "ts"]).aggregate([])
     file_ids = pc.fill_null(pa.nulls(distinct.num_rows, pa.int32()), pa.scalar(file_id, pa.int32()))
-    times = pa.table([distinct["node"], distinct["ts"], file_ids], schema=_arrow_times_schema())
+    times = pa.table([distinct["node"], distinct["ts"], file_ids], schema=schema.task_columns_arrow(TIMES_COLUMNS))
     return ChunkNodes(tuple(sorted(totals, key=lambda total: total.node)), times)

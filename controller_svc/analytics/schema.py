@@ -5,7 +5,8 @@ Pure data, no Spark import, so the report and the CLI can name invariants and ki
 
 from __future__ import annotations
 
-from typing import Final
+import functools
+from typing import Any, Final
 
 # Contract 6: the invariant names are part of summary.json.
 SINGLE_CONTROLLER_PER_EPOCH: Final = "single_controller_per_epoch"
@@ -120,3 +121,23 @@ ALLOWED_VALUES: Final[dict[str, dict[str, tuple[str, ...]]]] = {
 
 # Node names of contract 5: controller-N and broker-N.
 NODE_PATTERN: Final = r"^(controller|broker)-(\d+)$"
+
+
+# The side files the fast path's tasks write beside the events table (leader_epochs.py's
+# candidates, node_index.py's node times) name their columns as (name, type), each type one
+# of string, long and int.
+
+
+def task_columns_ddl(columns: tuple[tuple[str, str], ...]) -> str:
+    """Such a file's schema as Spark reads it (DDL)."""
+    types = {"string": "string", "long": "bigint", "int": "int"}
+    return ", ".join(f"`{name}` {types[kind]}" for name, kind in columns)
+
+
+@functools.cache
+def task_columns_arrow(columns: tuple[tuple[str, str], ...]) -> Any:
+    """Such a file's schema as the tasks write it (Arrow's; pyarrow is imported only here)."""
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "long": pa.int64(), "int": pa.int32()}
+    return pa.schema([(name, types[kind]) for name, kind in columns])

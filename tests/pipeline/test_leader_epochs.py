@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from controller_svc.analytics import schema, synthetic
-from tests.pipeline import scenarios
+from tests.pipeline import runs, scenarios
 
 pytestmark = pytest.mark.pipeline
 
@@ -110,13 +110,9 @@ def _violations(spark: Any, out: pathlib.Path) -> list[str]:
 
 
 def _analyze(spark: Any, logs: pathlib.Path, out: pathlib.Path, in_tasks: bool = True) -> Any:
-    from controller_svc.analytics import ingest, job
+    from controller_svc.analytics import ingest
 
-    spark.conf.set(ingest.LEADER_EPOCHS_IN_TASKS_CONF, "true" if in_tasks else "false")
-    try:
-        return job.analyze(spark, [str(logs)], str(out))
-    finally:
-        spark.conf.unset(ingest.LEADER_EPOCHS_IN_TASKS_CONF)
+    return runs.analyze(spark, logs, out, {ingest.LEADER_EPOCHS_IN_TASKS_CONF: in_tasks})
 
 
 def _candidate_files(out: pathlib.Path) -> list[pathlib.Path]:
@@ -190,21 +186,9 @@ def _split_history(directory: pathlib.Path, malformed_second: bool) -> None:
 def test_a_node_the_tasks_did_not_see_whole_is_checked_by_spark(
     spark: Any, tmp_path: pathlib.Path, malformed_second: bool
 ) -> None:
-    from controller_svc.analytics import ingest, leader_epochs
-
     logs = tmp_path / "logs"
     _split_history(logs, malformed_second)
-    seen: list[leader_epochs.TaskChecks | None] = []
-
-    real = ingest.ingest
-
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        found = real(*args, **kwargs)
-        seen.append(found.checks)
-        return found
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ingest, "ingest", recording)
+    with runs.ingest_results() as seen:
         outcome = _analyze(spark, logs, tmp_path / "out")
     assert outcome.summary["violations"][schema.LEADER_EPOCH_REGRESSION] == 1
     rows = [json.loads(row) for row in _violations(spark, tmp_path / "out")]
@@ -212,7 +196,7 @@ def test_a_node_the_tasks_did_not_see_whole_is_checked_by_spark(
     # Where it was found: by Spark, since no task saw broker-2's records whole. (A task saw all
     # of them the fast path read, in one chunk, when the second file went to Spark's readers:
     # the check asks which nodes those files hold before it takes the task's word for one.)
-    (checks,) = seen
+    (checks,) = (found.checks for found in seen)
     assert checks is not None
     if malformed_second:
         assert checks.other_files and checks.nodes == frozenset({"broker-2"})

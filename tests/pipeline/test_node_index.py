@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from controller_svc.analytics import synthetic
-from tests.pipeline import scenarios
+from tests.pipeline import runs, scenarios
 
 pytestmark = pytest.mark.pipeline
 
@@ -62,13 +62,9 @@ def test_a_chunks_node_figures_are_their_definition() -> None:
 
 
 def _analyze(spark: Any, logs: pathlib.Path, out: pathlib.Path, in_tasks: bool = True) -> Any:
-    from controller_svc.analytics import ingest, job
+    from controller_svc.analytics import ingest
 
-    spark.conf.set(ingest.NODE_INDEX_IN_TASKS_CONF, "true" if in_tasks else "false")
-    try:
-        return job.analyze(spark, [str(logs)], str(out))
-    finally:
-        spark.conf.unset(ingest.NODE_INDEX_IN_TASKS_CONF)
+    return runs.analyze(spark, logs, out, {ingest.NODE_INDEX_IN_TASKS_CONF: in_tasks})
 
 
 def _history(outcome: Any) -> dict[str, Any]:
@@ -145,25 +141,14 @@ def test_the_records_of_a_file_spark_reads_count_as_well(spark: Any, tmp_path: p
     """scenarios.overlapping_losses with broker-2's log turned down by the fast path (one
     malformed line): its records, broker-2's last sign of life at 2400 among them, come from
     Spark's readers, and the analysis still starts p-0's interval there."""
-    from controller_svc.analytics import ingest
-
     logs = tmp_path / "logs"
     scenarios.overlapping_losses(logs)
     with (logs / "broker-2.state-change.jsonl").open("a") as log_file:
         log_file.write('{"ts":1001,"node":"broker-2","kind":"broker.shutdown","broker_id":2}\n')
-    seen: list[Any] = []
-    real = ingest.ingest
-
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        found = real(*args, **kwargs)
-        seen.append(found.nodes)
-        return found
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ingest, "ingest", recording)
+    with runs.ingest_results() as seen:
         in_tasks = _analyze(spark, logs, tmp_path / "tasks")
     by_spark = _analyze(spark, logs, tmp_path / "spark", in_tasks=False)
-    (nodes,) = seen
+    (nodes,) = (found.nodes for found in seen)
     # Where broker-2's figures came from: no task took them.
     assert nodes is not None and nodes.other_files
     assert "broker-2" not in {total.node for _file_id, total in nodes.totals}
