@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -30,7 +31,7 @@ from pyspark import SparkContext, StorageLevel, inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from controller_svc.analytics import census, ingest, invariants, report, schema, timelines
+from controller_svc.analytics import census, ingest, invariants, offline_scan, report, schema, timelines
 from controller_svc.analytics.ingest import ClusterBy, InputError
 
 log = logging.getLogger("analytics")
@@ -52,6 +53,11 @@ SAMPLE_VIOLATIONS = 50
 SAMPLE_INTERVALS = 20
 MAX_FAILOVERS_IN_REPORT = 500
 CONCURRENT_CONF = "spark.kcontroller.concurrentAnalyses"
+# `--conf spark.kcontroller.scanTimelines=false` leaves the offline intervals' timelines to
+# Spark's windows instead of offline_scan's tasks.
+SCAN_TIMELINES_CONF = "spark.kcontroller.scanTimelines"
+# offline_scan's working directory in OUTDIR, removed once the offline intervals are written.
+OFFLINE_SCAN_DIR = "_offline_scan"
 SCHEDULER_POOL = "spark.scheduler.pool"
 
 
@@ -157,6 +163,7 @@ def analyze(
     concurrent = ingest.boolean_setting(spark, CONCURRENT_CONF)
     clock = StepClock(spark)
     out = out.rstrip("/")
+    scan_dir = _offline_scan_dir(spark, out)
     with clock.step("ingest"):
         from_tasks = ingest.ingest(spark, inputs, out, prefetch)
     checks = from_tasks.checks
@@ -204,7 +211,7 @@ def analyze(
         try:
             _write(lambda: leaders.drop("from_pos", "until_pos", "block", "mid"), out, "leadership", clock)
             offline = _write(
-                lambda: timelines.offline_intervals(events, leaders, held, liveness, signs_of_life),
+                lambda: timelines.offline_intervals(events, leaders, held, liveness, signs_of_life, scan_dir=scan_dir),
                 out,
                 "offline_intervals",
                 clock,
@@ -378,6 +385,21 @@ def analyze(
     write_text(spark, report_path, report.render(data))
     exit_code = 1 if any(total_violations.values()) else 0
     return Outcome(summary, exit_code, summary_path, report_path)
+
+
+def _offline_scan_dir(spark: SparkSession, out: str) -> str | None:
+    """Where offline_scan works, when the offline intervals' timelines are read by it: its
+    tasks run the driver's Python on a local master, as the ingest's fast path's do, and read
+    and write local files. None: Spark's windows read them (a cluster's executors may lack
+    numpy; `--conf spark.kcontroller.scanTimelines=false`)."""
+    if not ingest.boolean_setting(spark, SCAN_TIMELINES_CONF):
+        return None
+    local = (spark.sparkContext.master or "").startswith("local")
+    directory = census.local_path(f"{out}/{OFFLINE_SCAN_DIR}")
+    if not local or directory is None or not offline_scan.available():
+        return None
+    # The tasks' working directory need not be the driver's.
+    return os.path.abspath(directory)
 
 
 def run_branches(

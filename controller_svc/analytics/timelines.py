@@ -10,34 +10,46 @@ inside a millisecond, which the controller's own records (broker change, then el
 from __future__ import annotations
 
 import functools
+import logging
+import shutil
 from collections.abc import Callable
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from controller_svc.analytics import schema
+from controller_svc.analytics import offline_scan, schema
 from controller_svc.analytics.ingest import with_node_columns
 
 POSITION_COLUMNS = ("ts", "file_id", "block", "mid")
+log = logging.getLogger("analytics")
 
 
 class HeldFrames:
     """The few-row frames a timeline caches for its own queries (last_record_before's queries,
-    first_loss_in_tenure's losses), released by the caller once the tables built from them are
-    written. Spark's cache keeps a frame until it is unpersisted: without this, every analysis
-    in a long-lived session (a notebook, the benchmark's warm runs) left three behind."""
+    first_loss_in_tenure's losses), and the working directories whose files a frame reads
+    (offline_scan's), released by the caller once the tables built from them are written.
+    Spark's cache keeps a frame until it is unpersisted: without this, every analysis in a
+    long-lived session (a notebook, the benchmark's warm runs) left three behind."""
 
     def __init__(self) -> None:
         self._frames: list[DataFrame] = []
+        self._directories: list[str] = []
 
     def cache(self, frame: DataFrame) -> DataFrame:
         cached = frame.cache()
         self._frames.append(cached)
         return cached
 
+    def remove(self, directory: str) -> None:
+        """A local working directory whose files a frame reads: removed on release."""
+        self._directories.append(directory)
+
     def release(self) -> None:
         while self._frames:
             self._frames.pop().unpersist()
+        while self._directories:
+            shutil.rmtree(self._directories.pop(), ignore_errors=True)
 
 
 def position() -> Column:
@@ -585,6 +597,7 @@ def offline_intervals(
     held: HeldFrames,
     liveness: DataFrame | None = None,
     signs_of_life: DataFrame | None = None,
+    scan_dir: str | None = None,
 ) -> DataFrame:
     """From the moment a partition lost its leader to the moment the new leader's broker applied
     that role.
@@ -600,7 +613,9 @@ def offline_intervals(
     the controller saw it go; for a bounce, before its new registration). `detected_ts` is when
     the loss was seen, and `detection_ms` the time in between. `liveness`: the nodes that write
     node.alive (writers_of_liveness), when known already; `signs_of_life`: every node's record
-    times (node_records), when indexed already.
+    times (node_records), when indexed already. `scan_dir`: each partition's timeline is read
+    by offline_scan (Arrow and numpy in Python tasks, working in this local directory, removed
+    when `held` is released) rather than by Spark's windows; the same rows.
     """
     keys = ["cluster", "topic", "partition"]
     set_to_none = of_kind(events, "partition.offline").select(
@@ -714,20 +729,43 @@ def offline_intervals(
             no_sign,
         )
     )
-    is_lost, is_deleted = F.col("change") == "lost", F.col("change") == "deleted"
     # In one millisecond, a loss sorts before a regain (they come from different nodes' files).
     # Ties past the position (one record, two rows) break as the first loss's (pos, cause, epoch).
     # Every window orders by columns alone: an expression there becomes a new column per window,
     # and Spark then sorts the rows again for each (four sorts of 2M rows at 10M events).
-    timeline = Window.partitionBy("partition", "topic", "cluster").orderBy("ts", "regain_last", "pos", "cause", "epoch")
-    so_far = timeline.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    before = timeline.rowsBetween(Window.unboundedPreceding, -1)
-    changes = (
+    timeline_rows = (
         starts.unionByName(regained)
         .unionByName(deleted)
         .withColumn("regain_last", (F.col("change") == "regained").cast("int"))
-        .withColumn("generation", F.sum(is_deleted.cast("int")).over(so_far))
     )
+    return _intervals_from(timeline_rows, held, scan_dir)
+
+
+def _intervals_from(timeline_rows: DataFrame, held: HeldFrames, scan_dir: str | None) -> DataFrame:
+    """offline_intervals' last step: by offline_scan in `scan_dir` when given, else (or when
+    its tasks fail) by Spark's windows."""
+    if scan_dir is not None:
+        held.remove(scan_dir)
+        try:
+            return offline_scan.intervals(timeline_rows, scan_dir)
+        except Py4JJavaError as e:
+            # A task that failed (no numpy in the workers' Python, a full disk): the windows
+            # then read the timelines, slower and the same. Never a reason to fail the job.
+            log.warning(
+                "the offline intervals' scan failed; Spark's windows read the timelines: %s", str(e).splitlines()[0]
+            )
+    return _intervals_by_window(timeline_rows)
+
+
+def _intervals_by_window(timeline_rows: DataFrame) -> DataFrame:
+    """offline_intervals' last step in Spark: each partition's timeline rows (offline_intervals'
+    starts, regains and deletions) through four window operators."""
+    keys = ["cluster", "topic", "partition"]
+    is_lost, is_deleted = F.col("change") == "lost", F.col("change") == "deleted"
+    timeline = Window.partitionBy("partition", "topic", "cluster").orderBy("ts", "regain_last", "pos", "cause", "epoch")
+    so_far = timeline.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    before = timeline.rowsBetween(Window.unboundedPreceding, -1)
+    changes = timeline_rows.withColumn("generation", F.sum(is_deleted.cast("int")).over(so_far))
     # A regain closes an interval when its leader epoch is above every loss of this generation.
     highest_loss = F.max(F.when(is_lost, F.struct("generation", "epoch"))).over(so_far)
     marked = (

@@ -1,0 +1,157 @@
+"""The offline intervals' scan (offline_scan.py) gives what Spark's windows give
+(timelines._intervals_by_window): on random timelines built to hit every rule (generations,
+null epochs, regains at or below a loss's epoch, losses in one millisecond, open intervals), and
+in the whole job, which uses it by default and falls back to the windows when its tasks fail."""
+
+from __future__ import annotations
+
+import json
+import logging
+import pathlib
+import random
+from typing import Any
+
+import pytest
+
+from controller_svc.analytics import synthetic
+from tests.pipeline import runs
+
+pytestmark = pytest.mark.pipeline
+
+TIMELINE_DDL = (
+    "cluster string, topic string, partition bigint, "
+    "pos struct<ts: bigint, file_id: int, block: bigint, mid: bigint>, ts bigint, epoch bigint, cause string, "
+    "change string, new_leader bigint, alive_ts bigint, regain_last int"
+)
+CAUSES = ("broker_bounced", "broker_deregistered", "leader_log_dir_failed", "leader_set_to_none")
+RUN_FIELDS = ("timings_s", "step_spans_s", "elapsed_s", "tables", "report")
+
+
+def _random_timelines(seed: int, partitions: int) -> list[tuple[Any, ...]]:
+    """Rows as offline_intervals builds them, for `partitions` partitions (the same numbers under
+    two topics and two clusters, so that a share holds several keys per number). Times and
+    epochs collide; each row has its own line (mid), so no two rows tie on the whole order."""
+    rng = random.Random(seed)
+    rows: list[tuple[Any, ...]] = []
+    mid = 0
+    for index in range(partitions):
+        key = (rng.choice(["a", "b"]), rng.choice(["t1", "t2"]), index % 7)
+        for _ in range(rng.randint(1, 14)):
+            change = rng.choices(["lost", "regained", "deleted"], weights=[5, 6, 1])[0]
+            ts = rng.randint(1, 30)
+            mid += 1
+            position = (ts, rng.randint(0, 2), rng.choice([0, 100]), mid)
+            epoch = None if change == "deleted" or rng.random() < 0.08 else rng.randint(0, 6)
+            if change == "lost":
+                cause = rng.choice(CAUSES)
+                alive = ts - rng.randint(0, 5) if cause.startswith("broker") and rng.random() < 0.7 else None
+                rows.append((*key, position, ts, epoch, cause, change, None, alive, 0))
+            elif change == "regained":
+                rows.append((*key, position, ts, epoch, None, change, rng.randint(1, 4), None, 1))
+            else:
+                rows.append((*key, position, ts, None, None, change, None, None, 0))
+    return rows
+
+
+def _sorted_rows(frame: Any) -> list[dict[str, Any]]:
+    rows = [row.asDict(recursive=True) for row in frame.collect()]
+    return sorted(rows, key=lambda row: json.dumps(row, sort_keys=True))
+
+
+def test_the_scan_gives_what_the_windows_give(spark: Any, tmp_path: pathlib.Path) -> None:
+    """Many random timelines at once, through both: the same rows, every column."""
+    from controller_svc.analytics import offline_scan, timelines
+
+    rows = [row for seed in range(30) for row in _random_timelines(seed, 40)]
+    frame = spark.createDataFrame(rows, TIMELINE_DDL)
+    by_window = _sorted_rows(timelines._intervals_by_window(frame))
+    scanned = offline_scan.intervals(frame, str(tmp_path / "scan"))
+    assert scanned.schema == timelines._intervals_by_window(frame).schema
+    by_scan = _sorted_rows(scanned)
+    assert by_scan == by_window
+    # The rules were all met: closed and open intervals, ends by a deletion, null epochs.
+    assert len(by_scan) > 500
+    assert {row["end_cause"] for row in by_scan} == {"leader_applied", "topic_deleted", None}
+    assert any(row["lost_leader_epoch"] is None for row in by_scan)
+    assert any(row["start_ts"] < row["detected_ts"] for row in by_scan)
+    # Each partition number's rows went to one share (local[2]: two), every share wrote a file.
+    assert len(list((tmp_path / "scan" / offline_scan.INTERVALS_DIR).glob("part-*.parquet"))) == 2
+
+
+def test_a_share_without_intervals_writes_an_empty_file(spark: Any, tmp_path: pathlib.Path) -> None:
+    """Only regains (nothing lost): no interval, and Spark still reads the empty result."""
+    from controller_svc.analytics import offline_scan
+
+    rows = [("a", "t", 1, (5, 0, 0, 1), 5, 1, None, "regained", 2, None, 1)]
+    found = offline_scan.intervals(spark.createDataFrame(rows, TIMELINE_DDL), str(tmp_path / "scan"))
+    assert found.count() == 0
+
+
+def _history(outcome: Any) -> dict[str, Any]:
+    return {name: value for name, value in outcome.summary.items() if name not in RUN_FIELDS}
+
+
+def test_the_job_scans_its_timelines(spark: Any, tmp_path: pathlib.Path) -> None:
+    """A generated history analysed with the scan and with the windows: the same summary and
+    offline intervals. The scan ran (and its intervals are the ones written: with its result
+    emptied, the job finds none), and its working directory is gone afterwards."""
+    from controller_svc.analytics import job, offline_scan
+
+    logs = tmp_path / "logs"
+    synthetic.generate(logs, 30_000, brokers=5, partitions=200, seed=5)
+    real = offline_scan.intervals
+    calls: list[str] = []
+
+    def recording(rows: Any, work_dir: str) -> Any:
+        calls.append(work_dir)
+        return real(rows, work_dir)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(offline_scan, "intervals", recording)
+        scanned = runs.analyze(spark, logs, tmp_path / "scan", {job.SCAN_TIMELINES_CONF: True})
+        assert calls == [str((tmp_path / "scan" / job.OFFLINE_SCAN_DIR).resolve())]
+        by_window = runs.analyze(spark, logs, tmp_path / "window", {job.SCAN_TIMELINES_CONF: False})
+        assert len(calls) == 1
+    assert scanned.summary["availability"]["offline_intervals"] > 0
+    assert _history(scanned) == _history(by_window)
+    assert _sorted_rows(spark.read.parquet(str(tmp_path / "scan" / "offline_intervals"))) == _sorted_rows(
+        spark.read.parquet(str(tmp_path / "window" / "offline_intervals"))
+    )
+    assert not (tmp_path / "scan" / job.OFFLINE_SCAN_DIR).exists()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(offline_scan, "intervals", lambda rows, work_dir: real(rows, work_dir).limit(0))
+        emptied = runs.analyze(spark, logs, tmp_path / "emptied", {job.SCAN_TIMELINES_CONF: True})
+    assert emptied.summary["availability"]["offline_intervals"] == 0
+
+
+def test_failed_scan_tasks_leave_the_timelines_to_the_windows(
+    spark: Any, tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A task that fails (here: raises) is logged, and the windows give the same intervals."""
+    from controller_svc.analytics import offline_scan, timelines
+
+    rows = [row for seed in range(3) for row in _random_timelines(seed, 20)]
+    frame = spark.createDataFrame(rows, TIMELINE_DDL)
+    caplog.set_level(logging.WARNING, logger="analytics")
+    held = timelines.HeldFrames()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(offline_scan, "_scan_task", lambda args: 1 // 0)
+        found = timelines._intervals_from(frame, held, str(tmp_path / "scan"))
+    assert "the offline intervals' scan failed" in caplog.text
+    assert _sorted_rows(found) == _sorted_rows(timelines._intervals_by_window(frame))
+    held.release()
+    assert not (tmp_path / "scan").exists()
+
+
+def test_the_scan_setting_must_be_true_or_false(spark: Any, tmp_path: pathlib.Path) -> None:
+    from controller_svc.analytics import ingest, job
+
+    logs = tmp_path / "logs"
+    synthetic.generate(logs, 2_000, brokers=3, partitions=10, seed=1)
+    spark.conf.set(job.SCAN_TIMELINES_CONF, "sometimes")
+    try:
+        with pytest.raises(ingest.InputError, match="must be true or false"):
+            job.analyze(spark, [str(logs)], str(tmp_path / "out"))
+    finally:
+        spark.conf.unset(job.SCAN_TIMELINES_CONF)
