@@ -125,8 +125,12 @@ def scan_share(rows_dir: str, intervals_dir: str, share: int, shares: int) -> in
     import pyarrow.parquet as pq
 
     table = ds.dataset(rows_dir, format="parquet").to_table()
-    number = pc.abs(pc.fill_null(table["partition"], 0))
-    mine = pc.equal(pc.subtract(number, pc.multiply(pc.divide(number, shares), shares)), share)
+    # The number modulo `shares`, in [0, shares) for any number: Arrow's division truncates
+    # toward zero, so a negative number's remainder is negative (abs() would overflow at the
+    # least int64).
+    number = pc.fill_null(table["partition"], 0)
+    remainder = pc.subtract(number, pc.multiply(pc.divide(number, shares), shares))
+    mine = pc.equal(pc.if_else(pc.less(remainder, 0), pc.add(remainder, shares), remainder), share)
     table = table.filter(mine)
     # Nulls first, as Spark's ascending order has them.
     order = pc.sort_indices(table, sort_keys=[(name, "ascending", "at_start") for name in SORT_COLUMNS])

@@ -28,14 +28,15 @@ RUN_FIELDS = ("timings_s", "step_spans_s", "elapsed_s", "tables", "report")
 
 
 def _random_timelines(seed: int, partitions: int) -> list[tuple[Any, ...]]:
-    """Rows as offline_intervals builds them, for `partitions` partitions (the same numbers under
-    two topics and two clusters, so that a share holds several keys per number). Times and
+    """Rows as offline_intervals builds them, for `partitions` partitions (the same numbers, some
+    negative, under two topics and two clusters, so that a share holds several keys per number). Times and
     epochs collide; each row has its own line (mid), so no two rows tie on the whole order."""
     rng = random.Random(seed)
     rows: list[tuple[Any, ...]] = []
     mid = 0
     for index in range(partitions):
-        key = (rng.choice(["a", "b"]), rng.choice(["t1", "t2"]), index % 7)
+        # Negative numbers too, down to the least bigint: each must fall to exactly one share.
+        key = (rng.choice(["a", "b"]), rng.choice(["t1", "t2"]), (index % 9) - 4 if index % 13 else -(2**63))
         for _ in range(rng.randint(1, 14)):
             change = rng.choices(["lost", "regained", "deleted"], weights=[5, 6, 1])[0]
             ts = rng.randint(1, 30)
@@ -76,6 +77,12 @@ def test_the_scan_gives_what_the_windows_give(spark: Any, tmp_path: pathlib.Path
     assert any(row["start_ts"] < row["detected_ts"] for row in by_scan)
     # Each partition number's rows went to one share (local[2]: two), every share wrote a file.
     assert len(list((tmp_path / "scan" / offline_scan.INTERVALS_DIR).glob("part-*.parquet"))) == 2
+    # With three shares (an odd count: the least bigint's remainder is not 0), the same rows.
+    three = tmp_path / "three"
+    three.mkdir()
+    rows_dir = str(tmp_path / "scan" / offline_scan.ROWS_DIR)
+    assert sum(offline_scan.scan_share(rows_dir, str(three), share, 3) for share in range(3)) == len(by_window)
+    assert _sorted_rows(spark.read.schema(offline_scan.OUTPUT_DDL).parquet(str(three))) == by_window
 
 
 def test_a_share_without_intervals_writes_an_empty_file(spark: Any, tmp_path: pathlib.Path) -> None:
