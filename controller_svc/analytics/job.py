@@ -27,11 +27,21 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
+from py4j.protocol import Py4JJavaError
 from pyspark import SparkContext, StorageLevel, inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from controller_svc.analytics import census, ingest, invariants, offline_scan, report, schema, timelines
+from controller_svc.analytics import (
+    census,
+    ingest,
+    invariants,
+    leadership_scan,
+    partition_tasks,
+    report,
+    schema,
+    timelines,
+)
 from controller_svc.analytics.ingest import ClusterBy, InputError
 
 log = logging.getLogger("analytics")
@@ -53,11 +63,12 @@ SAMPLE_VIOLATIONS = 50
 SAMPLE_INTERVALS = 20
 MAX_FAILOVERS_IN_REPORT = 500
 CONCURRENT_CONF = "spark.kcontroller.concurrentAnalyses"
-# `--conf spark.kcontroller.scanTimelines=false` leaves the offline intervals' timelines to
-# Spark's windows instead of offline_scan's tasks.
+# `--conf spark.kcontroller.scanTimelines=false` leaves the leadership and offline intervals'
+# timelines to Spark's windows instead of the Python tasks of leadership_scan and offline_scan.
 SCAN_TIMELINES_CONF = "spark.kcontroller.scanTimelines"
-# offline_scan's working directory in OUTDIR, removed once the offline intervals are written.
-OFFLINE_SCAN_DIR = "_offline_scan"
+# Those tasks' working directories in OUTDIR (one per timeline), removed once the offline
+# intervals are written.
+SCANS_DIR = "_scans"
 SCHEDULER_POOL = "spark.scheduler.pool"
 
 
@@ -163,7 +174,7 @@ def analyze(
     concurrent = ingest.boolean_setting(spark, CONCURRENT_CONF)
     clock = StepClock(spark)
     out = out.rstrip("/")
-    scan_dir = _offline_scan_dir(spark, out)
+    scans_dir = _scans_dir(spark, out)
     with clock.step("ingest"):
         from_tasks = ingest.ingest(spark, inputs, out, prefetch)
     checks = from_tasks.checks
@@ -207,9 +218,11 @@ def analyze(
         # The timelines' own caches, released once the tables built from them are written (each
         # table is read back from its Parquet files, not from their lineage).
         held = timelines.HeldFrames()
-        leaders = timelines.leadership(events).persist(StorageLevel.MEMORY_AND_DISK)
+        if scans_dir is not None:
+            held.remove(scans_dir)
         try:
-            _write(lambda: leaders.drop("from_pos", "until_pos", "block", "mid"), out, "leadership", clock)
+            leaders = _leadership(events, out, clock, held, scans_dir)
+            scan_dir = os.path.join(scans_dir, "offline_intervals") if scans_dir is not None else None
             offline = _write(
                 lambda: timelines.offline_intervals(events, leaders, held, liveness, signs_of_life, scan_dir=scan_dir),
                 out,
@@ -217,7 +230,6 @@ def analyze(
                 clock,
             )
         finally:
-            leaders.unpersist()
             held.release()
         return figures(
             "offline_figures",
@@ -387,16 +399,40 @@ def analyze(
     return Outcome(summary, exit_code, summary_path, report_path)
 
 
-def _offline_scan_dir(spark: SparkSession, out: str) -> str | None:
-    """Where offline_scan works, when the offline intervals' timelines are read by it: its
+def _leadership(
+    events: DataFrame, out: str, clock: StepClock, held: timelines.HeldFrames, scans_dir: str | None
+) -> DataFrame:
+    """Step leadership: writes the table and returns the timeline the offline intervals read,
+    held (cached or its files kept) until `held` is released. By leadership_scan's tasks when
+    `scans_dir` is given, else (or when they fail) by Spark's window."""
+    changes = timelines.leader_changes(events)
+    if scans_dir is not None:
+        table_dir = census.local_path(f"{out}/leadership")
+        assert table_dir is not None  # _scans_dir: OUTDIR is local
+        work_dir = os.path.join(scans_dir, "leadership")
+        held.remove(work_dir)
+        with clock.step("leadership"):
+            try:
+                return leadership_scan.leadership(changes, work_dir, os.path.abspath(table_dir))
+            except Py4JJavaError as e:
+                # As for the offline intervals' scan (timelines._intervals_from): never a
+                # reason to fail the job; the window below writes the table again, whole.
+                log.warning("leadership's scan failed; Spark's window reads the changes: %s", str(e).splitlines()[0])
+    leaders = held.persist(timelines.leadership_by_window(changes), StorageLevel.MEMORY_AND_DISK)
+    _write(lambda: leaders.drop(*leadership_scan.TABLE_DROPS), out, "leadership", clock)
+    return leaders
+
+
+def _scans_dir(spark: SparkSession, out: str) -> str | None:
+    """Where leadership_scan and offline_scan work, when the timelines are read by them: their
     tasks run the driver's Python on a local master, as the ingest's fast path's do, and read
     and write local files. None: Spark's windows read them (a cluster's executors may lack
     numpy; `--conf spark.kcontroller.scanTimelines=false`)."""
     if not ingest.boolean_setting(spark, SCAN_TIMELINES_CONF):
         return None
     local = (spark.sparkContext.master or "").startswith("local")
-    directory = census.local_path(f"{out}/{OFFLINE_SCAN_DIR}")
-    if not local or directory is None or not offline_scan.available():
+    directory = census.local_path(f"{out}/{SCANS_DIR}")
+    if not local or directory is None or not partition_tasks.available():
         return None
     # The tasks' working directory need not be the driver's.
     return os.path.abspath(directory)

@@ -31,6 +31,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from controller_svc.analytics import partition_tasks
+
 LOST, REGAINED, DELETED = 0, 1, 2
 # The windows' order within a partition, with the position struct's fields flat.
 SORT_COLUMNS = (
@@ -56,16 +58,8 @@ INTERVALS_DIR = "intervals"
 
 
 def available() -> bool:
-    """Whether the driver's Python has what the tasks use: numpy, and pyarrow 25 or later
-    (null placement per sort key)."""
-    try:
-        import numpy  # noqa: F401
-        import pyarrow
-        import pyarrow.dataset
-        import pyarrow.parquet
-    except ImportError:
-        return False
-    return int(pyarrow.__version__.split(".")[0]) >= 25
+    """Whether the driver's Python has what the tasks use (partition_tasks.available)."""
+    return partition_tasks.available()
 
 
 def change_code() -> Column:
@@ -103,10 +97,7 @@ def intervals(timeline_rows: DataFrame, work_dir: str) -> DataFrame:
         "new_leader",
         "alive_ts",
     ).write.parquet(rows_dir)
-    tasks = max(1, spark.sparkContext.defaultParallelism)
-    spark.sparkContext.parallelize([(rows_dir, intervals_dir, task, tasks) for task in range(tasks)], tasks).map(
-        _scan_task
-    ).collect()
+    partition_tasks.run(spark, _scan_task, rows_dir, intervals_dir)
     return spark.read.schema(OUTPUT_DDL).parquet(intervals_dir)
 
 
@@ -120,26 +111,12 @@ def scan_share(rows_dir: str, intervals_dir: str, share: int, shares: int) -> in
     file when there are none, so that the directory always holds the schema) and returns how
     many."""
     import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
-    import pyarrow.parquet as pq
 
-    table = ds.dataset(rows_dir, format="parquet").to_table()
-    # The number modulo `shares`, in [0, shares) for any number: Arrow's division truncates
-    # toward zero, so a negative number's remainder is negative (abs() would overflow at the
-    # least int64).
-    number = pc.fill_null(table["partition"], 0)
-    remainder = pc.subtract(number, pc.multiply(pc.divide(number, shares), shares))
-    mine = pc.equal(pc.if_else(pc.less(remainder, 0), pc.add(remainder, shares), remainder), share)
-    table = table.filter(mine)
-    # Nulls first, as Spark's ascending order has them.
-    order = pc.sort_indices(table, sort_keys=[(name, "ascending", "at_start") for name in SORT_COLUMNS])
-    found = intervals_of(table.take(order))
+    table = partition_tasks.sorted_by(partition_tasks.read_share(rows_dir, share, shares), SORT_COLUMNS)
+    found = intervals_of(table)
     if found is None:
         found = pa.schema(_output_fields()).empty_table()
-    temporary = os.path.join(intervals_dir, f".part-{share}.tmp")
-    pq.write_table(found, temporary)
-    os.replace(temporary, os.path.join(intervals_dir, f"part-{share:05d}.parquet"))
+    partition_tasks.write_part(found, intervals_dir, share)
     return int(found.num_rows)
 
 
@@ -158,33 +135,6 @@ def _longs(column: Any) -> tuple[Any, Any]:
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     valid = ~np.asarray(array.is_null(), dtype=bool)
     return np.asarray(array.fill_null(0), dtype=np.int64), valid
-
-
-def _differs_from_previous(column: Any) -> Any:
-    """Per row after the first: whether its value differs from the row before's (nulls equal)."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    later, earlier = array.slice(1), array.slice(0, len(array) - 1)
-    one_null = pc.xor(later.is_null(), earlier.is_null())
-    both_valid = pc.and_(pc.invert(later.is_null()), pc.invert(earlier.is_null()))
-    differs = pc.or_(one_null, pc.and_(both_valid, pc.fill_null(pc.not_equal(later, earlier), False)))
-    return np.asarray(differs, dtype=bool)
-
-
-def _partition_starts(table: Any) -> Any:
-    import numpy as np
-
-    starts = np.ones(table.num_rows, dtype=bool)
-    if table.num_rows > 1:
-        starts[1:] = (
-            _differs_from_previous(table["partition"])
-            | _differs_from_previous(table["topic"])
-            | _differs_from_previous(table["cluster"])
-        )
-    return starts
 
 
 def _greatest_so_far(run_starts: Any, values: Any, counted: Any) -> tuple[Any, Any]:
@@ -229,7 +179,7 @@ def intervals_of(table: Any) -> Any:
     new_leader, new_leader_valid = _longs(table["new_leader"])
     change = np.asarray(table["change_code"].combine_chunks().fill_null(-1), dtype=np.int64)
     lost, regained, deleted = change == LOST, change == REGAINED, change == DELETED
-    partition_starts = _partition_starts(table)
+    partition_starts = partition_tasks.partition_starts(table)
 
     # Generations: a deletion begins one. A (partition, generation) run's losses so far, and
     # the greatest of their epochs (the windows' max of (generation, epoch) over losses).

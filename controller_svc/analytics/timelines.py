@@ -15,6 +15,7 @@ import shutil
 from collections.abc import Callable
 
 from py4j.protocol import Py4JJavaError
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -40,6 +41,11 @@ class HeldFrames:
         cached = frame.cache()
         self._frames.append(cached)
         return cached
+
+    def persist(self, frame: DataFrame, level: StorageLevel) -> DataFrame:
+        persisted = frame.persist(level)
+        self._frames.append(persisted)
+        return persisted
 
     def remove(self, directory: str) -> None:
         """A local working directory whose files a frame reads: removed on release."""
@@ -463,7 +469,13 @@ def failover_incidents(
 
 def leadership(events: DataFrame) -> DataFrame:
     """Every leader change the controllers recorded, with how long it lasted: elections and
-    the controller's leader -1 (partition.offline)."""
+    the controller's leader -1 (partition.offline). Spark's window; leadership_scan.py gives the
+    same rows from the same changes with Arrow and numpy."""
+    return leadership_by_window(leader_changes(events))
+
+
+def leader_changes(events: DataFrame) -> DataFrame:
+    """The controllers' leader changes (leadership_scan.CHANGE_COLUMNS): elections and leader -1."""
     common = ["cluster", "topic", "partition", "ts", "file_id", "block", "mid", "controller_epoch"]
     elected = of_kind(events, "partition.leader_elected").select(
         *common,
@@ -485,7 +497,12 @@ def leadership(events: DataFrame) -> DataFrame:
         F.lit(None).cast("boolean").alias("unclean"),
         F.lit("offline").alias("change"),
     )
-    changes = elected.unionByName(offline)
+    return elected.unionByName(offline)
+
+
+def leadership_by_window(changes: DataFrame) -> DataFrame:
+    """leader_changes with the previous leader, the next change's time and position (until_ts,
+    until_pos) and the change's own (from_pos), by one window per partition."""
     # The numeric key first: Spark's sort compares a prefix of the first key, and cluster is often constant.
     per_partition = Window.partitionBy("partition", "topic", "cluster").orderBy(
         "ts", "leader_epoch", "file_id", "block", "mid"

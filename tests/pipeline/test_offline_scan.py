@@ -116,7 +116,7 @@ def test_the_job_scans_its_timelines(spark: Any, tmp_path: pathlib.Path) -> None
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(offline_scan, "intervals", recording)
         scanned = runs.analyze(spark, logs, tmp_path / "scan", {job.SCAN_TIMELINES_CONF: True})
-        assert calls == [str((tmp_path / "scan" / job.OFFLINE_SCAN_DIR).resolve())]
+        assert calls == [str((tmp_path / "scan" / job.SCANS_DIR / "offline_intervals").resolve())]
         by_window = runs.analyze(spark, logs, tmp_path / "window", {job.SCAN_TIMELINES_CONF: False})
         assert len(calls) == 1
     assert scanned.summary["availability"]["offline_intervals"] > 0
@@ -124,7 +124,7 @@ def test_the_job_scans_its_timelines(spark: Any, tmp_path: pathlib.Path) -> None
     assert _sorted_rows(spark.read.parquet(str(tmp_path / "scan" / "offline_intervals"))) == _sorted_rows(
         spark.read.parquet(str(tmp_path / "window" / "offline_intervals"))
     )
-    assert not (tmp_path / "scan" / job.OFFLINE_SCAN_DIR).exists()
+    assert not (tmp_path / "scan" / job.SCANS_DIR).exists()
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(offline_scan, "intervals", lambda rows, work_dir: real(rows, work_dir).limit(0))

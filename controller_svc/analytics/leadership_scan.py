@@ -1,0 +1,124 @@
+"""The leadership timeline outside Spark's window: the controllers' leader changes, written by
+Spark as Parquet files, read, sorted and scanned with Arrow and numpy in Python tasks
+(partition_tasks.py), which write the leadership table themselves, and the narrow timeline the
+offline intervals read.
+
+timelines.leadership defines each change's previous leader and the next change's time and
+position with one window over the changes (`timelines.leadership_by_window`); this computes the
+same rows, column for column (tests/pipeline/test_leadership_scan.py compares the two on
+generated changes and on whole histories). Why: at 10M events that window's stage was the
+largest after the ingest in the partitions' branch (827k rows, each with two arrays and three
+strings: 5.6 task-seconds, sorting 1.2 of them), and writing the table from its cache another
+2.3; Spark's write of the changes, Arrow's sort and the tasks' own write of the table took about
+1.3 s less of the step alone (bench/results and issue 13's notes).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from controller_svc.analytics import partition_tasks
+
+# The changes' columns, as timelines.leader_changes gives them.
+CHANGE_COLUMNS = (
+    "cluster",
+    "topic",
+    "partition",
+    "ts",
+    "file_id",
+    "block",
+    "mid",
+    "controller_epoch",
+    "leader",
+    "leader_epoch",
+    "isr",
+    "prev_isr",
+    "strategy",
+    "unclean",
+    "change",
+)
+# The window's order within a partition.
+SORT_COLUMNS = ("partition", "topic", "cluster", "ts", "leader_epoch", "file_id", "block", "mid")
+POSITION_FIELDS = ("ts", "file_id", "block", "mid")
+# What the leadership table leaves out of the timeline (job.py: the positions are the job's own).
+TABLE_DROPS = ("from_pos", "until_pos", "block", "mid")
+# What the offline intervals read of the timeline (timelines.offline_intervals' `leaders`).
+POSITION_DDL = "struct<ts: bigint, file_id: int, block: bigint, mid: bigint>"
+TIMELINE_DDL = (
+    "cluster string, topic string, partition bigint, leader bigint, leader_epoch bigint, "
+    f"from_pos {POSITION_DDL}, until_pos {POSITION_DDL}"
+)
+ROWS_DIR = "rows"
+TIMELINE_DIR = "timeline"
+SUCCESS_MARKER = "_SUCCESS"
+
+
+def leadership(changes: DataFrame, work_dir: str, table_dir: str) -> DataFrame:
+    """Writes the leadership table of `changes` (timelines.leader_changes) into `table_dir` (a
+    local directory, replaced) as Spark's window and the job's write would, and returns the
+    timeline the offline intervals read (TIMELINE_DDL). `work_dir`: a local directory of the
+    job's own, which must stay until the returned frame has been read (the caller removes it)."""
+    spark = changes.sparkSession
+    rows_dir, timeline_dir = os.path.join(work_dir, ROWS_DIR), os.path.join(work_dir, TIMELINE_DIR)
+    shutil.rmtree(work_dir, ignore_errors=True)
+    shutil.rmtree(table_dir, ignore_errors=True)
+    os.makedirs(timeline_dir)
+    os.makedirs(table_dir)
+    changes.select(*CHANGE_COLUMNS).write.parquet(rows_dir)
+    partition_tasks.run(spark, _scan_task, rows_dir, timeline_dir, table_dir)
+    # As Spark's writer marks a table written whole.
+    with open(os.path.join(table_dir, SUCCESS_MARKER), "w", encoding="utf-8"):
+        pass
+    return spark.read.schema(TIMELINE_DDL).parquet(timeline_dir)
+
+
+def _scan_task(args: tuple[Any, ...]) -> int:
+    return scan_share(*args)
+
+
+def scan_share(rows_dir: str, timeline_dir: str, table_dir: str, share: int, shares: int) -> int:
+    """One task: the partitions whose number is `share` modulo `shares`, in the window's order,
+    with their neighbours' columns; writes its part of the table (zstd, as Spark's writer in
+    session.build) and of the timeline, each a file even when empty, and returns its rows."""
+    table = with_neighbours(
+        partition_tasks.sorted_by(partition_tasks.read_share(rows_dir, share, shares), SORT_COLUMNS)
+    )
+    partition_tasks.write_part(table.drop_columns(list(TABLE_DROPS)), table_dir, share, compression="zstd")
+    timeline = table.select(["cluster", "topic", "partition", "leader", "leader_epoch", "from_pos", "until_pos"])
+    partition_tasks.write_part(timeline, timeline_dir, share)
+    return int(table.num_rows)
+
+
+def with_neighbours(table: Any) -> Any:
+    """Whole partitions' changes (CHANGE_COLUMNS, sorted as SORT_COLUMNS) with the window's
+    columns: prev_leader (the leader of the change before, in the partition), until_ts and
+    until_pos (the next change's time and position), from_pos (the change's own position)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rows = table.num_rows
+    first = partition_tasks.partition_starts(table)
+    last = np.ones(rows, dtype=bool)
+    last[:-1] = first[1:]
+    # Each row's neighbour in the table; where there is none in its partition, the result is
+    # null whatever the index (the row itself, to stay in bounds).
+    before = pa.array(np.where(first, np.arange(rows), np.arange(rows) - 1))
+    after = pa.array(np.where(last, np.arange(rows), np.arange(rows) + 1))
+    no_previous, no_next = pa.array(first), pa.array(last)
+    fields = [table[name].combine_chunks() for name in POSITION_FIELDS]
+    return (
+        table.append_column(
+            "prev_leader", pc.if_else(no_previous, pa.scalar(None, pa.int64()), table["leader"].take(before))
+        )
+        .append_column("until_ts", pc.if_else(no_next, pa.scalar(None, pa.int64()), table["ts"].take(after)))
+        .append_column(
+            "until_pos",
+            pa.StructArray.from_arrays([f.take(after) for f in fields], names=list(POSITION_FIELDS), mask=no_next),
+        )
+        .append_column("from_pos", pa.StructArray.from_arrays(fields, names=list(POSITION_FIELDS)))
+    )

@@ -1,0 +1,100 @@
+"""What the per-partition Python tasks share (offline_scan.py, leadership_scan.py): rows that
+Spark wrote as Parquet, read with pyarrow in one task per core, each task keeping the
+partitions whose number falls to it (so that a partition's rows are all in one task), sorted
+as Spark's windows order them, and written back as Parquet files for Spark to read.
+
+Like the ingest's fast path, the tasks run the driver's own Python (a local master), which has
+pyarrow and numpy, and read and write local files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+
+def available() -> bool:
+    """Whether the driver's Python has what the tasks use: numpy, and pyarrow 25 or later
+    (null placement per sort key)."""
+    try:
+        import numpy  # noqa: F401
+        import pyarrow
+        import pyarrow.dataset
+        import pyarrow.parquet
+    except ImportError:
+        return False
+    return int(pyarrow.__version__.split(".")[0]) >= 25
+
+
+def run(spark: SparkSession, task: Callable[[tuple[Any, ...]], int], *args: Any) -> list[int]:
+    """Runs `task((*args, share, shares))` once per share, one share per core, and returns
+    what each returned. `task` must be a module's function (the workers import it)."""
+    shares = max(1, spark.sparkContext.defaultParallelism)
+    return (
+        spark.sparkContext.parallelize([(*args, share, shares) for share in range(shares)], shares).map(task).collect()
+    )
+
+
+def read_share(rows_dir: str, share: int, shares: int) -> Any:
+    """The rows in `rows_dir` whose `partition` is `share` modulo `shares` (a null number
+    counts as 0), as an Arrow table without Spark's schema metadata (which would otherwise
+    travel into the files the task writes and override their schema for Spark's reader)."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    table = ds.dataset(rows_dir, format="parquet").to_table().replace_schema_metadata(None)
+    # The number modulo `shares`, in [0, shares) for any number: Arrow's division truncates
+    # toward zero, so a negative number's remainder is negative (abs() would overflow at the
+    # least int64).
+    number = pc.fill_null(table["partition"], 0)
+    remainder = pc.subtract(number, pc.multiply(pc.divide(number, shares), shares))
+    return table.filter(pc.equal(pc.if_else(pc.less(remainder, 0), pc.add(remainder, shares), remainder), share))
+
+
+def sorted_by(table: Any, columns: Sequence[str]) -> Any:
+    """The table in ascending order of `columns`, nulls first as Spark's ascending order has them."""
+    import pyarrow.compute as pc
+
+    return table.take(pc.sort_indices(table, sort_keys=[(name, "ascending", "at_start") for name in columns]))
+
+
+def write_part(table: Any, directory: str, share: int, compression: str = "snappy") -> None:
+    """The share's file in `directory` (part-NNNNN.parquet), under a temporary name first: a
+    reader never sees half a file."""
+    import pyarrow.parquet as pq
+
+    temporary = os.path.join(directory, f".part-{share}.tmp")
+    pq.write_table(table, temporary, compression=compression)
+    os.replace(temporary, os.path.join(directory, f"part-{share:05d}.parquet"))
+
+
+def _differs_from_previous(column: Any) -> Any:
+    """Per row after the first: whether its value differs from the row before's (nulls equal)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    later, earlier = array.slice(1), array.slice(0, len(array) - 1)
+    one_null = pc.xor(later.is_null(), earlier.is_null())
+    both_valid = pc.and_(pc.invert(later.is_null()), pc.invert(earlier.is_null()))
+    differs = pc.or_(one_null, pc.and_(both_valid, pc.fill_null(pc.not_equal(later, earlier), False)))
+    return np.asarray(differs, dtype=bool)
+
+
+def partition_starts(table: Any) -> Any:
+    """Per row of a sorted table: whether it begins a partition (cluster, topic, partition),
+    nulls equal as in Spark's window partitions."""
+    import numpy as np
+
+    starts = np.ones(table.num_rows, dtype=bool)
+    if table.num_rows > 1:
+        starts[1:] = (
+            _differs_from_previous(table["partition"])
+            | _differs_from_previous(table["topic"])
+            | _differs_from_previous(table["cluster"])
+        )
+    return starts
