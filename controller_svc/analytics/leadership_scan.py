@@ -23,24 +23,6 @@ from pyspark.sql import DataFrame
 
 from controller_svc.analytics import partition_tasks
 
-# The changes' columns, as timelines.leader_changes gives them.
-CHANGE_COLUMNS = (
-    "cluster",
-    "topic",
-    "partition",
-    "ts",
-    "file_id",
-    "block",
-    "mid",
-    "controller_epoch",
-    "leader",
-    "leader_epoch",
-    "isr",
-    "prev_isr",
-    "strategy",
-    "unclean",
-    "change",
-)
 # The window's order within a partition.
 SORT_COLUMNS = ("partition", "topic", "cluster", "ts", "leader_epoch", "file_id", "block", "mid")
 POSITION_FIELDS = ("ts", "file_id", "block", "mid")
@@ -68,7 +50,7 @@ def leadership(changes: DataFrame, work_dir: str, table_dir: str) -> DataFrame:
     shutil.rmtree(table_dir, ignore_errors=True)
     os.makedirs(timeline_dir)
     os.makedirs(table_dir)
-    changes.select(*CHANGE_COLUMNS).write.parquet(rows_dir)
+    changes.write.parquet(rows_dir)
     partition_tasks.run(spark, _scan_task, rows_dir, timeline_dir, table_dir)
     # As Spark's writer marks a table written whole.
     with open(os.path.join(table_dir, SUCCESS_MARKER), "w", encoding="utf-8"):
@@ -94,7 +76,7 @@ def scan_share(rows_dir: str, timeline_dir: str, table_dir: str, share: int, sha
 
 
 def with_neighbours(table: Any) -> Any:
-    """Whole partitions' changes (CHANGE_COLUMNS, sorted as SORT_COLUMNS) with the window's
+    """Whole partitions' changes (leader_changes' columns, sorted as SORT_COLUMNS) with the window's
     columns: prev_leader (the leader of the change before, in the partition), until_ts and
     until_pos (the next change's time and position), from_pos (the change's own position)."""
     import numpy as np

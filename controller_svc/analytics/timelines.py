@@ -475,7 +475,7 @@ def leadership(events: DataFrame) -> DataFrame:
 
 
 def leader_changes(events: DataFrame) -> DataFrame:
-    """The controllers' leader changes (leadership_scan.CHANGE_COLUMNS): elections and leader -1."""
+    """The controllers' leader changes: elections and leader -1, each with its record's position."""
     common = ["cluster", "topic", "partition", "ts", "file_id", "block", "mid", "controller_epoch"]
     elected = of_kind(events, "partition.leader_elected").select(
         *common,
