@@ -31,6 +31,7 @@ JIT_OPTIONS = "-XX:-DontCompileHugeMethods -XX:+UseParallelGC"
 # A new process gains little (a run reuses few of its own classes). A class costs a few KB to
 # a few hundred KB of metaspace.
 CODEGEN_CACHE_ENTRIES = 2000
+WORKER_DAEMON_MODULE = "controller_svc.analytics.worker_daemon"
 
 
 class SparkUnavailableError(RuntimeError):
@@ -190,6 +191,10 @@ def build(
         # default; it reads only the environment for its workers' interpreter).
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Which, with the driver's packages, can start the workers from worker_daemon: each
+        # task no longer re-reads the zip archives on the workers' import path (CPython
+        # gh-103200), 150-280 ms a task on 2 cores.
+        settings["spark.python.daemon.module"] = WORKER_DAEMON_MODULE
     settings.update(conf or {})
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():

@@ -472,6 +472,26 @@ def test_cli_exit_codes_and_the_class_archive(tmp_path: pathlib.Path) -> None:
     assert "expected KEY=VALUE" in result.stderr
 
 
+def _worker_imports(_: int) -> tuple[bool, list[str]]:
+    import sys
+    import zipimport
+
+    reads_once = getattr(zipimport.zipimporter.invalidate_caches, "_reads_once", False)
+    archives = [entry for entry in sys.path if entry.endswith((".zip", ".jar"))]
+    return reads_once, archives
+
+
+def test_python_tasks_do_not_read_the_archives_on_their_path_again(spark: Any) -> None:
+    """A local session's Python workers start from worker_daemon: PySpark's worker invalidates
+    the import caches before each task, and Python 3.11's zip importer then re-read each
+    archive on the workers' path (pyspark.zip, py4j's, Spark's core jar: 150-280 ms a task)."""
+    if sys.version_info >= (3, 12):
+        pytest.skip("the standard library invalidates lazily since 3.12")
+    seen = spark.sparkContext.parallelize(range(4), 4).map(_worker_imports).collect()
+    assert [reads_once for reads_once, _ in seen] == [True] * 4
+    assert all(any(entry.endswith("pyspark.zip") for entry in archives) for _, archives in seen)
+
+
 def test_building_a_query_sends_no_python_call_site(spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """session.build turns PySpark's DataFrame query context off: with it, every call that
     builds a query walked the Python stack and sent the call site to the JVM (several Py4J round

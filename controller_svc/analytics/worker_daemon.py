@@ -1,0 +1,67 @@
+"""PySpark's Python worker daemon (`pyspark.daemon`), with zip archives on the import path read
+once rather than before every task.
+
+Before each task a PySpark worker calls `importlib.invalidate_caches()`
+(`pyspark.worker_util.setup_spark_files`), and on Python 3.10 and 3.11 a zip importer re-reads
+its archive's whole directory there (CPython gh-103200; since 3.12 invalidation only marks the
+cache stale). A local worker's path holds three archives, PySpark's `pyspark.zip`, py4j's and
+Spark's core jar (5,264 entries): on a 2-core machine every task paid 150-280 ms for them,
+whatever it did (33 tasks that return their input took ~3 s in a warm JVM), and the analysis
+runs its ingest, leadership and offline-interval work as Python tasks.
+
+Here an archive's directory is read again only when its file changed (its modification time,
+size or inode), which is when re-reading could find anything new. `session.build` names this
+module as `spark.python.daemon.module` on a local master, where the workers run the driver's
+own Python and packages; the daemon forks the workers, which inherit the change.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import zipimport
+from typing import Any
+
+# The signature of each archive's file when its directory was last read.
+_read_as: dict[str, tuple[int, int, int] | None] = {}
+
+
+def _signature(archive: str) -> tuple[int, int, int] | None:
+    try:
+        stat = os.stat(archive)
+    except OSError:
+        return None
+    return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+
+
+def read_archives_once() -> bool:
+    """Makes zip importers re-read an archive's directory on invalidation only when the file
+    changed. Returns False where the standard library already invalidates lazily (3.12+)."""
+    if sys.version_info >= (3, 12) or getattr(zipimport.zipimporter.invalidate_caches, "_reads_once", False):
+        return False
+    eager = zipimport.zipimporter.invalidate_caches
+
+    def invalidate_caches(self: Any) -> None:
+        signature = _signature(self.archive)
+        if signature is not None and _read_as.get(self.archive) == signature:
+            return
+        eager(self)
+        _read_as[self.archive] = signature
+
+    invalidate_caches._reads_once = True  # type: ignore[attr-defined]
+    # The archives imported from so far were read as the process started: as they are now.
+    for archive in list(getattr(zipimport, "_zip_directory_cache", {})):
+        _read_as[archive] = _signature(archive)
+    zipimport.zipimporter.invalidate_caches = invalidate_caches  # type: ignore[method-assign]
+    return True
+
+
+def main() -> None:
+    read_archives_once()
+    from pyspark import daemon
+
+    daemon.manager()  # type: ignore[no-untyped-call]
+
+
+if __name__ == "__main__":
+    main()

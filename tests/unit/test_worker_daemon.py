@@ -1,0 +1,59 @@
+"""worker_daemon: zip archives on the import path are read again only when they changed."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """
+    import importlib, json, os, sys, time, zipfile, zipimport
+
+    archive = sys.argv[1]
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("first.py", "VALUE = 1\\n")
+    sys.path.insert(0, archive)
+    import first
+
+    reads = []
+    eager_read = zipimport._read_directory
+    def counting(path):
+        reads.append(path)
+        return eager_read(path)
+    zipimport._read_directory = counting
+
+    from controller_svc.analytics import worker_daemon
+    patched = worker_daemon.read_archives_once()
+    again = worker_daemon.read_archives_once()
+    for _ in range(3):  # as a PySpark worker does before each task
+        importlib.invalidate_caches()
+    unchanged = list(reads)
+
+    time.sleep(0.01)
+    with zipfile.ZipFile(archive, "a") as z:
+        z.writestr("second.py", "VALUE = 2\\n")
+    importlib.invalidate_caches()
+    import second
+    print(json.dumps({"patched": patched, "again": again, "unchanged": unchanged,
+                      "after_change": reads[len(unchanged):], "second": second.VALUE}))
+    """
+)
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="the standard library invalidates lazily since 3.12")
+def test_an_archive_is_read_again_only_when_it_changed(tmp_path: pathlib.Path) -> None:
+    archive = tmp_path / "modules.zip"
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(archive)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["patched"] is True and seen["again"] is False  # once per process
+    assert seen["unchanged"] == []  # Python 3.11's own reads the directory on every call
+    assert seen["after_change"] == [str(archive)]
+    assert seen["second"] == 2  # what the archive holds now is importable
