@@ -193,7 +193,7 @@ def build(
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         # Which, with the driver's packages, can start the workers from worker_daemon: each
         # task no longer re-reads the zip archives on the workers' import path (CPython
-        # gh-103200), 150-280 ms a task on 2 cores.
+        # gh-103200), about 180 ms a task on 2 cores (bench.analytics_python_tasks).
         settings["spark.python.daemon.module"] = WORKER_DAEMON_MODULE
     settings.update(conf or {})
     builder = SparkSession.builder.master(master).appName(app_name)

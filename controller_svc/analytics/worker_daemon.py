@@ -5,9 +5,10 @@ Before each task a PySpark worker calls `importlib.invalidate_caches()`
 (`pyspark.worker_util.setup_spark_files`), and on Python 3.10 and 3.11 a zip importer re-reads
 its archive's whole directory there (CPython gh-103200; since 3.12 invalidation only marks the
 cache stale). A local worker's path holds three archives, PySpark's `pyspark.zip`, py4j's and
-Spark's core jar (5,264 entries): on a 2-core machine every task paid 150-280 ms for them,
-whatever it did (33 tasks that return their input took ~3 s in a warm JVM), and the analysis
-runs its ingest, leadership and offline-interval work as Python tasks.
+Spark's core jar (5,264 entries): on a 2-core machine every task paid about 180 ms for them,
+whatever it did (33 tasks that return their input took 3.0 s in a warm JVM, 0.86 s from this
+daemon: bench.analytics_python_tasks), and the analysis runs its ingest, leadership and
+offline-interval work as Python tasks.
 
 Here an archive's directory is read again only when its file changed (its modification time,
 size or inode), which is when re-reading could find anything new. `session.build` names this

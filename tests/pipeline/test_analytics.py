@@ -484,7 +484,7 @@ def _worker_imports(_: int) -> tuple[bool, list[str]]:
 def test_python_tasks_do_not_read_the_archives_on_their_path_again(spark: Any) -> None:
     """A local session's Python workers start from worker_daemon: PySpark's worker invalidates
     the import caches before each task, and Python 3.11's zip importer then re-read each
-    archive on the workers' path (pyspark.zip, py4j's, Spark's core jar: 150-280 ms a task)."""
+    archive on the workers' path (pyspark.zip, py4j's, Spark's core jar: about 180 ms a task)."""
     if sys.version_info >= (3, 12):
         pytest.skip("the standard library invalidates lazily since 3.12")
     seen = spark.sparkContext.parallelize(range(4), 4).map(_worker_imports).collect()
