@@ -191,9 +191,9 @@ def build(
         # default; it reads only the environment for its workers' interpreter).
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        # Which, with the driver's packages, can start the workers from worker_daemon: each
+        # That Python has this package, so its workers can start from worker_daemon, where a
         # task no longer re-reads the zip archives on the workers' import path (CPython
-        # gh-103200), about 180 ms a task on 2 cores (bench.analytics_python_tasks).
+        # gh-103200): about 180 ms a task on 2 cores (bench.analytics_python_tasks).
         settings["spark.python.daemon.module"] = WORKER_DAEMON_MODULE
     settings.update(conf or {})
     builder = SparkSession.builder.master(master).appName(app_name)
