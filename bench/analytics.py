@@ -26,7 +26,7 @@ With --runs N every measurement is taken N times (the warm ones interleaved with
 and the medians are reported with every sample.
 
 Prints JSON: both times per size, their ratios to the floor, and whether the cost per event is
-flat (seconds per million events at the largest size over the smallest). Targets (issue 13):
+flat (seconds per million events at the largest size over the smallest; cost_per_event). Targets (issue 13):
 10M events under 90 s cold, under 3x the floor: `target_ratio_met` compares like with like,
 warm with the warm floor and cold with the cold floor, both under 3x;
 `cold_ratio_to_floor` (the cold command against the warm floor, stricter than either) is
@@ -154,6 +154,28 @@ def cold_run(logs: pathlib.Path, out: pathlib.Path, master: str) -> tuple[float,
     )
     took = time.monotonic() - started
     return took, json.loads((out / "summary.json").read_text())
+
+
+def cost_per_event(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Seconds per million events at the smallest and the largest size, cold and warm, and
+    `linear`: the cost per event at the largest size is at most 1.5x that at the smallest (it
+    does not grow with the history). With two sizes or more, each time also split along the
+    line through the smallest and the largest: a fixed part per run (Spark's start-up, planning,
+    generated code, the JIT) and a marginal part per million events. A fixed part makes the cost
+    per event fall with size even when the work per event is constant."""
+    smallest, largest = results[0], results[-1]
+    split: dict[str, Any] = {}
+    for mode in ("cold", "warm"):
+        per_million = [r[f"{mode}_s"] / (r["events"] / 1e6) for r in (smallest, largest)]
+        split[f"{mode}_seconds_per_million_smallest"] = round(per_million[0], 2)
+        split[f"{mode}_seconds_per_million_largest"] = round(per_million[1], 2)
+        if mode == "cold":
+            split["linear"] = per_million[1] <= per_million[0] * 1.5
+        if largest["events"] > smallest["events"]:
+            marginal = (largest[f"{mode}_s"] - smallest[f"{mode}_s"]) / ((largest["events"] - smallest["events"]) / 1e6)
+            split[f"{mode}_marginal_seconds_per_million"] = round(marginal, 2)
+            split[f"{mode}_fixed_s"] = round(smallest[f"{mode}_s"] - marginal * smallest["events"] / 1e6, 1)
+    return split
 
 
 def _median_run(runs: list[tuple[float, dict[str, Any]]]) -> tuple[float, dict[str, Any]]:
@@ -292,7 +314,6 @@ def main() -> None:
         )
         print(json.dumps(results[-1]), flush=True)
     spark.stop()
-    per_million = [r["cold_s"] / (r["events"] / 1e6) for r in results]
     report: dict[str, Any] = {
         "benchmark": "analytics",
         "master": args.master,
@@ -301,9 +322,7 @@ def main() -> None:
         "runtime": runtime(java_setup),
         "machine": common.machine(),
         "results": results,
-        "cold_seconds_per_million_smallest": round(per_million[0], 2),
-        "cold_seconds_per_million_largest": round(per_million[-1], 2),
-        "linear": per_million[-1] <= per_million[0] * 1.5,
+        **cost_per_event(results),
     }
     largest = results[-1]
     if largest["events"] >= 10_000_000:

@@ -1,0 +1,41 @@
+"""bench.analytics' cost per event: the fixed and marginal parts of a run's time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench import analytics
+
+
+def _result(events: int, cold_s: float, warm_s: float) -> dict[str, Any]:
+    return {"events": events, "cold_s": cold_s, "warm_s": warm_s}
+
+
+def test_a_fixed_cost_per_run_is_split_from_the_cost_per_event() -> None:
+    # 20 s fixed + 3 s per million cold, 8 s + 1.5 s per million warm.
+    split = analytics.cost_per_event([_result(1_000_000, 23.0, 9.5), _result(10_000_000, 50.0, 23.0)])
+    assert split["cold_seconds_per_million_smallest"] == 23.0
+    assert split["cold_seconds_per_million_largest"] == 5.0
+    assert split["warm_seconds_per_million_smallest"] == 9.5
+    assert split["warm_seconds_per_million_largest"] == 2.3
+    assert split["cold_marginal_seconds_per_million"] == pytest.approx(3.0)
+    assert split["cold_fixed_s"] == pytest.approx(20.0)
+    assert split["warm_marginal_seconds_per_million"] == pytest.approx(1.5)
+    assert split["warm_fixed_s"] == pytest.approx(8.0)
+    assert split["linear"] is True
+
+
+def test_a_cost_per_event_that_grows_is_not_linear() -> None:
+    # 10x the events, 20x the time: superlinear, and a negative fixed part says so too.
+    split = analytics.cost_per_event([_result(1_000_000, 5.0, 4.0), _result(10_000_000, 100.0, 80.0)])
+    assert split["linear"] is False
+    assert split["cold_fixed_s"] < 0
+
+
+def test_one_size_has_no_split() -> None:
+    split = analytics.cost_per_event([_result(1_000_000, 30.0, 12.0)])
+    assert split["cold_seconds_per_million_smallest"] == split["cold_seconds_per_million_largest"] == 30.0
+    assert "cold_fixed_s" not in split and "warm_marginal_seconds_per_million" not in split
+    assert split["linear"] is True
