@@ -492,6 +492,28 @@ def test_python_tasks_do_not_read_the_archives_on_their_path_again(spark: Any) -
     assert all(any(entry.endswith("pyspark.zip") for entry in archives) for _, archives in seen)
 
 
+def test_stages_with_the_same_code_share_one_generated_class(spark: Any, tmp_path: pathlib.Path) -> None:
+    """session.build leaves the stage's number out of a generated class's name, so stages whose
+    code is the same compile once: a union of four copies of one scan compiles what one copy
+    does (with the number in the name, each copy's stage was a class of its own)."""
+    import functools
+
+    from pyspark.sql import functions as F
+
+    spark.range(100).withColumn("v", F.col("id") * 3).write.parquet(str(tmp_path / "t"))
+
+    def compiled(copies: int, above: int) -> int:
+        # `above` makes the code new to this JVM's codegen cache (literals are in the source).
+        scan = spark.read.parquet(str(tmp_path / "t")).filter(F.col("v") > above).select((F.col("v") + 7).alias("w"))
+        before = _compilations(spark)
+        functools.reduce(lambda a, b: a.union(b), [scan] * copies).collect()
+        return _compilations(spark) - before
+
+    one = compiled(1, 1_618_033)
+    assert one > 0
+    assert compiled(4, 3_141_592) == one
+
+
 def test_building_a_query_sends_no_python_call_site(spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """session.build turns PySpark's DataFrame query context off: with it, every call that
     builds a query walked the Python stack and sent the call site to the JVM (several Py4J round

@@ -39,3 +39,25 @@ def test_one_size_has_no_split() -> None:
     assert split["cold_seconds_per_million_smallest"] == split["cold_seconds_per_million_largest"] == 30.0
     assert "cold_fixed_s" not in split and "warm_marginal_seconds_per_million" not in split
     assert split["linear"] is True
+
+
+def test_each_step_gets_the_classes_compiled_since_the_previous_step() -> None:
+    import logging
+
+    from bench import analytics_codegen
+
+    totals = iter([(100, 1000.0), (103, 1500.0), (103, 1500.0), (150, 4000.0)])
+    counter = analytics_codegen.CodegenCounter(lambda: next(totals))
+
+    def line(message: str) -> logging.LogRecord:
+        return logging.LogRecord("analytics", logging.INFO, __file__, 1, message, None, None)
+
+    counter.emit(line("ingest done in 3.2 s"))
+    counter.emit(line("12000 lines parsed in 3.3 s"))  # not a step's end: not read
+    counter.emit(line("clusters done in 0.1 s"))
+    counter.emit(line("leadership done in 2.0 s"))
+    assert counter.steps == [
+        {"step": "ingest", "classes": 3, "janino_s": 0.5},
+        {"step": "clusters", "classes": 0, "janino_s": 0.0},
+        {"step": "leadership", "classes": 47, "janino_s": 2.5},
+    ]
