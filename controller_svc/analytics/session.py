@@ -160,7 +160,7 @@ def build(
         # for readable stack traces), so two stages with the same code (a table read back the
         # same way in two queries, the sides of a union) were compiled twice: the codegen cache
         # is keyed on the source text. Without the number they share one class: a cold run at
-        # 1M events compiles about 430 classes instead of 460 (Janino, then the JIT's work on it;
+        # 1M events compiled 432 classes instead of 462 (Janino, then the JIT's work on it;
         # bench.analytics_codegen).
         "spark.sql.codegen.useIdInClassName": "false",
         "spark.sql.parquet.compression.codec": "zstd",

@@ -1,4 +1,5 @@
-"""bench.analytics' cost per event: the fixed and marginal parts of a run's time."""
+"""The analytics benchmarks' pure parts: bench.analytics' cost per event (the fixed and marginal
+parts of a run's time) and bench.analytics_codegen's classes per step."""
 
 from __future__ import annotations
 
