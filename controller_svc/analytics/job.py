@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -64,10 +65,11 @@ SAMPLE_INTERVALS = 20
 MAX_FAILOVERS_IN_REPORT = 500
 CONCURRENT_CONF = "spark.kcontroller.concurrentAnalyses"
 # `--conf spark.kcontroller.scanTimelines=false` leaves the leadership and offline intervals'
-# timelines to Spark's windows instead of the Python tasks of leadership_scan and offline_scan.
+# timelines to Spark's windows instead of the Python tasks of leadership_scan and offline_scan
+# (and the last signs of life to Spark's search instead of record_search's tasks).
 SCAN_TIMELINES_CONF = "spark.kcontroller.scanTimelines"
-# Those tasks' working directories in OUTDIR (one per timeline), removed once the offline
-# intervals are written.
+# Those tasks' working directories in OUTDIR (one per scan or search), each removed once the
+# table it serves is written, and the directory once every branch has finished.
 SCANS_DIR = "_scans"
 SCHEDULER_POOL = "spark.scheduler.pool"
 
@@ -218,13 +220,18 @@ def analyze(
         # The timelines' own caches, released once the tables built from them are written (each
         # table is read back from its Parquet files, not from their lineage).
         held = timelines.HeldFrames()
-        if scans_dir is not None:
-            held.remove(scans_dir)
         try:
             leaders = _leadership(events, out, clock, held, scans_dir)
-            scan_dir = os.path.join(scans_dir, "offline_intervals") if scans_dir is not None else None
             offline = _write(
-                lambda: timelines.offline_intervals(events, leaders, held, liveness, signs_of_life, scan_dir=scan_dir),
+                lambda: timelines.offline_intervals(
+                    events,
+                    leaders,
+                    held,
+                    liveness,
+                    signs_of_life,
+                    scan_dir=_scan_dir(scans_dir, "offline_intervals"),
+                    search_dir=_scan_dir(scans_dir, "offline_last_alive"),
+                ),
                 out,
                 "offline_intervals",
                 clock,
@@ -250,7 +257,12 @@ def analyze(
             )
             incidents = _write(
                 lambda: timelines.failover_incidents(
-                    events, tenures.withColumn("start_pos", F.struct("start_ts")), held, liveness, signs_of_life
+                    events,
+                    tenures.withColumn("start_pos", F.struct("start_ts")),
+                    held,
+                    liveness,
+                    signs_of_life,
+                    search_dir=_scan_dir(scans_dir, "failover_last_alive"),
                 ),
                 out,
                 "failover_incidents",
@@ -320,17 +332,23 @@ def analyze(
     # leadership's cached timeline, failovers the tenures' table, the violations' evidence the
     # unresolved violations, each branch's figures its tables). The pools share the cores
     # fairly, so the order here is only that of the threads' start: the longest branch first.
-    branches = run_branches(
-        spark,
-        {
-            "partitions": partitions,
-            "violations": found_violations,
-            "controllers": controllers,
-            "request_latency": requests,
-            "bad_records": bad_lines,
-        },
-        concurrent,
-    )
+    try:
+        branches = run_branches(
+            spark,
+            {
+                "partitions": partitions,
+                "violations": found_violations,
+                "controllers": controllers,
+                "request_latency": requests,
+                "bad_records": bad_lines,
+            },
+            concurrent,
+        )
+    finally:
+        # What each branch's tasks left there went with its tables (HeldFrames); the directory
+        # itself is shared by the branches.
+        if scans_dir is not None:
+            shutil.rmtree(scans_dir, ignore_errors=True)
     partition_figures = branches["partitions"]
     controller_figures = branches["controllers"]
     violation_figures = branches["violations"]
@@ -421,6 +439,11 @@ def _leadership(
     leaders = held.persist(timelines.leadership_by_window(changes), StorageLevel.MEMORY_AND_DISK)
     _write(lambda: leaders.drop(*leadership_scan.TABLE_DROPS), out, "leadership", clock)
     return leaders
+
+
+def _scan_dir(scans_dir: str | None, name: str) -> str | None:
+    """The working directory of one scan or search in `scans_dir` (None: Spark does its work)."""
+    return os.path.join(scans_dir, name) if scans_dir is not None else None
 
 
 def _scans_dir(spark: SparkSession, out: str) -> str | None:

@@ -38,18 +38,20 @@ def run(spark: SparkSession, task: Callable[[tuple[Any, ...]], int], *args: Any)
     )
 
 
-def read_share(rows_dir: str, share: int, shares: int) -> Any:
-    """The rows in `rows_dir` whose `partition` is `share` modulo `shares` (a null number
-    counts as 0), as an Arrow table without Spark's schema metadata (which would otherwise
-    travel into the files the task writes and override their schema for Spark's reader)."""
+def read_share(rows_dir: str, share: int, shares: int, column: str = "partition", schema: Any = None) -> Any:
+    """The rows in `rows_dir` whose `column` (a bigint: by default the partition's number) is
+    `share` modulo `shares` (a null number counts as 0), as an Arrow table without Spark's
+    schema metadata (which would otherwise travel into the files the task writes and override
+    their schema for Spark's reader). `schema`: the files' Arrow schema, when known (then an
+    empty directory, as Spark writes an empty frame, reads as no rows rather than no columns)."""
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    table = ds.dataset(rows_dir, format="parquet").to_table().replace_schema_metadata(None)
+    table = ds.dataset(rows_dir, format="parquet", schema=schema).to_table().replace_schema_metadata(None)
     # The number modulo `shares`, in [0, shares) for any number: Arrow's division truncates
     # toward zero, so a negative number's remainder is negative (abs() would overflow at the
     # least int64).
-    number = pc.fill_null(table["partition"], 0)
+    number = pc.fill_null(table[column], 0)
     remainder = pc.subtract(number, pc.multiply(pc.divide(number, shares), shares))
     return table.filter(pc.equal(pc.if_else(pc.less(remainder, 0), pc.add(remainder, shares), remainder), share))
 
@@ -88,13 +90,17 @@ def _differs_from_previous(column: Any) -> Any:
 def partition_starts(table: Any) -> Any:
     """Per row of a sorted table: whether it begins a partition (cluster, topic, partition),
     nulls equal as in Spark's window partitions."""
+    return run_starts(table, ("partition", "topic", "cluster"))
+
+
+def run_starts(table: Any, columns: Sequence[str]) -> Any:
+    """Per row of a table sorted by `columns` (first): whether it begins a run of rows with the
+    same values in them, nulls equal as in Spark's window partitions."""
     import numpy as np
 
     starts = np.ones(table.num_rows, dtype=bool)
     if table.num_rows > 1:
-        starts[1:] = (
-            _differs_from_previous(table["partition"])
-            | _differs_from_previous(table["topic"])
-            | _differs_from_previous(table["cluster"])
-        )
+        starts[1:] = False
+        for name in columns:
+            starts[1:] |= _differs_from_previous(table[name])
     return starts

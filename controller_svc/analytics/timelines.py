@@ -19,7 +19,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from controller_svc.analytics import offline_scan, schema
+from controller_svc.analytics import offline_scan, record_search, schema
 from controller_svc.analytics.ingest import with_node_columns
 
 POSITION_COLUMNS = ("ts", "file_id", "block", "mid")
@@ -143,7 +143,14 @@ def _time_buckets(first: int, last: int, key_count: int) -> Callable[[Column], C
 
 
 def last_record_before(
-    queries: DataFrame, records: DataFrame, keys: list[str], at: str, inclusive: bool, alias: str, held: HeldFrames
+    queries: DataFrame,
+    records: DataFrame,
+    keys: list[str],
+    at: str,
+    inclusive: bool,
+    alias: str,
+    held: HeldFrames,
+    search_dir: str | None = None,
 ) -> DataFrame:
     """For each query row, the latest `ts` among `records` with the same keys before the query's
     `at` (at or before it when `inclusive`), as column `alias` (null when there is none).
@@ -156,11 +163,30 @@ def last_record_before(
     needed; with many, by one sort of records and queries together (`_sorted_last_record_before`).
     Joining every query with every record of its node and keeping the latest was quadratic:
     115 losses x 300k records per broker at 10M events.
+
+    `search_dir`: record_search's tasks answer the queries instead (Arrow and numpy, working in
+    this local directory, removed when `held` is released); Spark's search above when they fail.
     """
     # Few rows with a long lineage (elections, losses): computed once, for the choice below and the
     # answer. A cache, not a local checkpoint: an executor lost meanwhile (dynamic allocation on a
     # cluster) only costs a recomputation. Held until the caller releases it.
     queries = held.cache(queries)
+    if search_dir is not None and record_search.searchable(queries, keys):
+        held.remove(search_dir)
+        try:
+            answers = record_search.answers(
+                queries.filter(F.col(at).isNotNull()).select(*keys, F.col(at).alias("_at")),
+                records,
+                keys,
+                inclusive,
+                alias,
+                search_dir,
+            )
+            return _with_answers(queries, answers, keys, at, alias)
+        except Py4JJavaError as e:
+            # As for the timelines' scans (_intervals_from): a failed task is never a reason to
+            # fail the job; Spark's search gives the same answers, slower.
+            log.warning("the search for %s failed; Spark's search answers it: %s", alias, str(e).splitlines()[0])
     timed = queries.filter(F.col(at).isNotNull()).select(*keys, F.col(at).alias("_at")).distinct()
     shape = (
         timed.groupBy(*keys)
@@ -200,11 +226,17 @@ def last_record_before(
         timed.alias("q")
         .join(latest_per_slot.alias("l"), [F.col(f"q.{k}") == F.col(f"l.{k}") for k in keys], "left")
         .filter(F.col("l._slot").isNull() | (F.col("l._slot") <= F.col("q._at")))
-        .groupBy(*[F.col(f"q.{k}").alias(f"_answer_{k}") for k in keys], F.col("q._at").alias("_at"))
+        .groupBy(*[F.col(f"q.{k}").alias(k) for k in keys], F.col("q._at").alias("_at"))
         .agg(F.max("l._latest").alias(alias))
     )
+    return _with_answers(queries, answers, keys, at, alias)
+
+
+def _with_answers(queries: DataFrame, answers: DataFrame, keys: list[str], at: str, alias: str) -> DataFrame:
+    """`queries` with `alias` from `answers` (keys, _at, alias: one row per distinct query time)."""
+    renamed = answers.select(*[F.col(k).alias(f"_answer_{k}") for k in keys], "_at", alias)
     matches = [F.col(k).eqNullSafe(F.col(f"_answer_{k}")) for k in keys] + [F.col(at) == F.col("_at")]
-    joined = queries.join(answers, functools.reduce(lambda a, b: a & b, matches), "left")
+    joined = queries.join(renamed, functools.reduce(lambda a, b: a & b, matches), "left")
     return joined.select(*queries.columns, alias)
 
 
@@ -303,6 +335,7 @@ def failover_incidents(
     held: HeldFrames,
     liveness: DataFrame | None = None,
     signs_of_life: DataFrame | None = None,
+    search_dir: str | None = None,
 ) -> DataFrame:
     """Controller lost -> new controller elected -> every live broker applied the new epoch's
     UpdateMetadata, for every election that followed another in the same cluster.
@@ -319,7 +352,9 @@ def failover_incidents(
     session timeout after a kill -9 and about zero after a SIGTERM, and `total_ms` runs from the
     fault to every live broker on the new epoch (detection + election + propagation).
     `liveness`: the nodes that write node.alive (writers_of_liveness), when known already;
-    `signs_of_life`: every node's record times (node_records), when indexed already.
+    `signs_of_life`: every node's record times (node_records), when indexed already;
+    `search_dir`: the old controller's last sign of life is searched by record_search's tasks,
+    working there (last_record_before).
     """
     in_cluster = Window.partitionBy("cluster").orderBy("start_pos", "controller_epoch")
     chained = tenures.select(
@@ -425,6 +460,7 @@ def failover_incidents(
             inclusive=True,
             alias="last_alive_ts",
             held=held,
+            search_dir=search_dir,
         )
         .groupBy("cluster", "controller_epoch")
         .agg(F.max("last_alive_ts").alias("last_alive_ts"))
@@ -615,6 +651,7 @@ def offline_intervals(
     liveness: DataFrame | None = None,
     signs_of_life: DataFrame | None = None,
     scan_dir: str | None = None,
+    search_dir: str | None = None,
 ) -> DataFrame:
     """From the moment a partition lost its leader to the moment the new leader's broker applied
     that role.
@@ -632,7 +669,9 @@ def offline_intervals(
     node.alive (writers_of_liveness), when known already; `signs_of_life`: every node's record
     times (node_records), when indexed already. `scan_dir`: each partition's timeline is read
     by offline_scan (Arrow and numpy in Python tasks, working in this local directory, removed
-    when `held` is released) rather than by Spark's windows; the same rows.
+    when `held` is released) rather than by Spark's windows; the same rows. `search_dir`: the
+    dead brokers' last signs of life are searched by record_search's tasks, working there
+    (last_record_before).
     """
     keys = ["cluster", "topic", "partition"]
     set_to_none = of_kind(events, "partition.offline").select(
@@ -691,6 +730,7 @@ def offline_intervals(
             inclusive=False,
             alias="alive_ts",
             held=held,
+            search_dir=search_dir,
         )
         .groupBy("cluster", "pos", "broker")
         .agg(F.max("alive_ts").alias("alive_ts"))

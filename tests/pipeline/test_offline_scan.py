@@ -1,7 +1,8 @@
 """The offline intervals' scan (offline_scan.py) gives what Spark's windows give
 (timelines._intervals_by_window): on random timelines built to hit every rule (generations,
 null epochs, regains at or below a loss's epoch, losses in one millisecond, open intervals), and
-in the whole job, which uses it by default and falls back to the windows when its tasks fail."""
+in the whole job, which uses it by default (with record_search's tasks for the last signs of
+life) and falls back to the windows when its tasks fail."""
 
 from __future__ import annotations
 
@@ -99,31 +100,45 @@ def _history(outcome: Any) -> dict[str, Any]:
 
 
 def test_the_job_scans_its_timelines(spark: Any, tmp_path: pathlib.Path) -> None:
-    """A generated history analysed with the scan and with the windows: the same summary and
-    offline intervals. The scan ran (and its intervals are the ones written: with its result
-    emptied, the job finds none), and its working directory is gone afterwards."""
-    from controller_svc.analytics import job, offline_scan
+    """A generated history analysed with the scan and with the windows: the same summary,
+    offline intervals and failover incidents. The scan ran (and its intervals are the ones
+    written: with its result emptied, the job finds none), so did record_search's tasks for the
+    lost brokers' and controllers' last signs of life, and their working directories are gone
+    afterwards."""
+    from controller_svc.analytics import job, offline_scan, record_search
 
     logs = tmp_path / "logs"
     synthetic.generate(logs, 30_000, brokers=5, partitions=200, seed=5)
     real = offline_scan.intervals
+    real_search = record_search.answers
     calls: list[str] = []
+    searches: list[str] = []
 
     def recording(rows: Any, work_dir: str) -> Any:
         calls.append(work_dir)
         return real(rows, work_dir)
 
+    def recording_search(*args: Any) -> Any:
+        searches.append(f"{args[4]} {pathlib.Path(args[5]).name}")
+        return real_search(*args)
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(offline_scan, "intervals", recording)
+        patch.setattr(record_search, "answers", recording_search)
         scanned = runs.analyze(spark, logs, tmp_path / "scan", {job.SCAN_TIMELINES_CONF: True})
         assert calls == [str((tmp_path / "scan" / job.SCANS_DIR / "offline_intervals").resolve())]
+        assert sorted(searches) == ["alive_ts offline_last_alive", "last_alive_ts failover_last_alive"]
         by_window = runs.analyze(spark, logs, tmp_path / "window", {job.SCAN_TIMELINES_CONF: False})
-        assert len(calls) == 1
+        assert len(calls) == 1 and len(searches) == 2
     assert scanned.summary["availability"]["offline_intervals"] > 0
     assert _history(scanned) == _history(by_window)
-    assert _sorted_rows(spark.read.parquet(str(tmp_path / "scan" / "offline_intervals"))) == _sorted_rows(
-        spark.read.parquet(str(tmp_path / "window" / "offline_intervals"))
-    )
+    for table in ("offline_intervals", "failover_incidents"):
+        assert _sorted_rows(spark.read.parquet(str(tmp_path / "scan" / table))) == _sorted_rows(
+            spark.read.parquet(str(tmp_path / "window" / table))
+        )
+    # The searches found signs of life: faults before their detection, of brokers and controllers.
+    assert scanned.summary["availability"]["offline_detection_ms"] > 0
+    assert scanned.summary["availability"]["failover_detection_ms"] > 0
     assert not (tmp_path / "scan" / job.SCANS_DIR).exists()
 
     with pytest.MonkeyPatch.context() as patch:

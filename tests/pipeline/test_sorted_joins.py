@@ -1,17 +1,21 @@
 """The analytics' sort-based lookups against the plain joins they replaced, on seeded random data.
 
-`last_record_before`, `first_loss_in_tenure` and the restart lookup of
-`leader_epoch_regression` exist for speed (a join of every query with every record of its node
-was quadratic at 10M events); each must give exactly what the plain join gives, ties within a
-millisecond, empty sides and spans over many time buckets included.
+`last_record_before` (Spark's searches and record_search's tasks), `first_loss_in_tenure` and
+the restart lookup of `leader_epoch_regression` exist for speed (a join of every query with
+every record of its node was quadratic at 10M events); each must give exactly what the plain
+join gives, ties within a millisecond, empty sides and spans over many time buckets included.
 """
 
 from __future__ import annotations
 
+import logging
+import pathlib
 import random
 from typing import Any
 
 import pytest
+
+from controller_svc.analytics import record_search
 
 pytestmark = pytest.mark.pipeline
 
@@ -30,9 +34,9 @@ def persisted(spark: Any) -> set[int]:
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("inclusive", [False, True])
-@pytest.mark.parametrize("search", ["joined", "joined-coarse", "sorted"])
+@pytest.mark.parametrize("search", ["joined", "joined-coarse", "sorted", "tasks"])
 def test_last_record_before_is_the_latest_earlier_record(
-    spark: Any, seed: int, inclusive: bool, search: str, monkeypatch: pytest.MonkeyPatch
+    spark: Any, seed: int, inclusive: bool, search: str, monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
 ) -> None:
     from pyspark.sql import functions as F
 
@@ -41,7 +45,7 @@ def test_last_record_before_is_the_latest_earlier_record(
 
     # Each key has about 20 query times: joined below the limit, sorted with none. Joined, the
     # slots are cut into one bucket per ms of the queries' span, or (coarse) into 3 buckets, so
-    # that slots share buckets and span several.
+    # that slots share buckets and span several. Tasks: record_search's, in tmp_path.
     monkeypatch.setattr(timelines, "JOINED_QUERY_TIMES", 0 if search == "sorted" else 64)
     monkeypatch.setattr(timelines, "SLOT_BUCKETS_PER_KEY", 3 if search == "joined-coarse" else 1024)
     rng = random.Random(seed)
@@ -53,13 +57,25 @@ def test_last_record_before_is_the_latest_earlier_record(
 
     before = persisted(spark)
     held = timelines.HeldFrames()
+    search_dir = tmp_path / "search" if search == "tasks" else None
     found = last_record_before(
-        query_frame, record_frame, ["cluster", "k"], at="at", inclusive=inclusive, alias="last", held=held
+        query_frame,
+        record_frame,
+        ["cluster", "k"],
+        at="at",
+        inclusive=inclusive,
+        alias="last",
+        held=held,
+        search_dir=str(search_dir) if search_dir is not None else None,
     )
     got = {row["qid"]: row["last"] for row in found.collect()}
     assert persisted(spark) > before  # the queries were computed once, into the cache
+    if search_dir is not None:
+        # The tasks answered (one file per core of local[2]), and their directory goes with the frames.
+        assert len(list((search_dir / record_search.ANSWERS_DIR).glob("part-*.parquet"))) == 2
     held.release()
     assert persisted(spark) == before
+    assert search_dir is None or not search_dir.exists()
 
     plain = (
         query_frame.join(record_frame, ["cluster", "k"], "left")
@@ -73,6 +89,103 @@ def test_last_record_before_is_the_latest_earlier_record(
     assert got == expected
     assert len(got) == len(queries)  # every query answered once, with null when nothing came before
     assert any(v is None for v in got.values()) and any(v is not None for v in got.values())
+
+
+def _plain_latest(query_frame: Any, record_frame: Any, keys: list[str], inclusive: bool) -> dict[Any, Any]:
+    """Per query id, the latest record before its `at` by the plain join (null keys meet nothing)."""
+    from pyspark.sql import functions as F
+
+    before = (F.col("r.ts") <= F.col("q.at")) if inclusive else (F.col("r.ts") < F.col("q.at"))
+    same = [F.col(f"q.{k}") == F.col(f"r.{k}") for k in keys]
+    condition = same[0]
+    for other in same[1:]:
+        condition = condition & other
+    plain = (
+        query_frame.alias("q")
+        .join(record_frame.alias("r"), condition & before, "left")
+        .groupBy("q.qid")
+        .agg(F.max("r.ts").alias("last"))
+    )
+    return {row["qid"]: row["last"] for row in plain.collect()}
+
+
+@pytest.mark.parametrize("inclusive", [False, True])
+def test_the_search_tasks_take_null_keys_null_times_and_repeated_queries(
+    spark: Any, inclusive: bool, tmp_path: pathlib.Path
+) -> None:
+    """record_search's tasks on what the job's searches never meet but a history could hold:
+    null keys (no record matches them), records without a time, one query time asked by many
+    queries, a bigint key, and three tasks (an odd count) as well as local[2]'s two."""
+    from controller_svc.analytics import timelines
+
+    rng = random.Random(7)
+    records = [
+        (rng.choice(["c", None]), rng.choice([1, 2, 3, None]), rng.choice([rng.randint(0, 40), None]))
+        for _ in range(400)
+    ]
+    queries = [
+        (rng.choice(["c", None]), rng.choice([1, 2, 4, None]), q, rng.choice([rng.randint(0, 40), 20, None]))
+        for q in range(150)
+    ]
+    record_frame = spark.createDataFrame(records, "cluster string, k bigint, ts bigint")
+    query_frame = spark.createDataFrame(queries, "cluster string, k bigint, qid bigint, at bigint")
+    held = timelines.HeldFrames()
+    found = timelines.last_record_before(
+        query_frame, record_frame, ["cluster", "k"], "at", inclusive, "last", held, str(tmp_path / "search")
+    )
+    got = {row["qid"]: row["last"] for row in found.collect()}
+    expected = _plain_latest(query_frame, record_frame, ["cluster", "k"], inclusive)
+    assert got == expected and len(got) == len(queries)
+    assert sum(1 for q in queries if q[3] == 20) > 5  # the repeated time was asked many times
+    assert any(v is not None for v in got.values()) and any(v is None for q, v in got.items() if queries[q][1] is None)
+    # The same rows in three tasks.
+    three = tmp_path / "three"
+    three.mkdir()
+    rows_dir = str(tmp_path / "search" / record_search.ROWS_DIR)
+    key_types = (("cluster", "string"), ("k", "bigint"))
+    answered = sum(
+        record_search.search_share(rows_dir, str(three), key_types, inclusive, "last", share, 3) for share in range(3)
+    )
+    by_three = spark.read.parquet(str(three)).collect()
+    assert answered == len(by_three) == len({(q[0], q[1], q[3]) for q in queries if None not in (q[0], q[1], q[3])})
+    expected_by_time = {(q[0], q[1], q[3]): expected[q[2]] for q in queries if None not in (q[0], q[1], q[3])}
+    assert {(r["cluster"], r["k"], r["_at"]): r["last"] for r in by_three} == expected_by_time
+    held.release()
+
+
+def test_failed_search_tasks_leave_the_search_to_spark(
+    spark: Any, tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task that fails (here: raises) is logged, and Spark's search gives the same answers; a
+    key of a type the tasks do not carry (a double) goes to Spark's search without them."""
+    from controller_svc.analytics import timelines
+
+    rng = random.Random(3)
+    records = [("c", rng.choice("ab"), rng.randint(0, 50)) for _ in range(100)]
+    queries = [("c", rng.choice("ab"), q, rng.randint(0, 50)) for q in range(30)]
+    record_frame = spark.createDataFrame(records, "cluster string, k string, ts bigint")
+    query_frame = spark.createDataFrame(queries, "cluster string, k string, qid bigint, at bigint")
+    expected = _plain_latest(query_frame, record_frame, ["cluster", "k"], False)
+    caplog.set_level(logging.WARNING, logger="analytics")
+    held = timelines.HeldFrames()
+    with monkeypatch.context() as patch:
+        patch.setattr(record_search, "_search_task", lambda args: 1 // 0)
+        found = timelines.last_record_before(
+            query_frame, record_frame, ["cluster", "k"], "at", False, "last", held, str(tmp_path / "search")
+        )
+    assert "the search for last failed" in caplog.text
+    assert {row["qid"]: row["last"] for row in found.collect()} == expected
+    held.release()
+    assert not (tmp_path / "search").exists()
+
+    doubles = spark.createDataFrame(
+        [(float(k), t) for _, k, t in [(0, 1, 5), (0, 1, 9), (0, 2, 3)]], "k double, ts bigint"
+    )
+    asked = spark.createDataFrame([(1.0, 1, 8), (2.0, 2, 8), (3.0, 3, 8)], "k double, qid bigint, at bigint")
+    found = timelines.last_record_before(asked, doubles, ["k"], "at", False, "last", held, str(tmp_path / "doubles"))
+    assert {row["qid"]: row["last"] for row in found.collect()} == {1: 5, 2: 3, 3: None}
+    assert not (tmp_path / "doubles").exists()
+    held.release()
 
 
 @pytest.mark.parametrize("seed", SEEDS)
