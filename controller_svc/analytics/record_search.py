@@ -5,12 +5,13 @@ to it (by a hash of the keys), sorts queries and records together with Arrow and
 query's answer off a running index with numpy (partition_tasks.py); Spark reads the answers.
 
 Why: the failover incidents and the offline intervals each search the lost node's last sign of
-life this way, and Spark's search (time buckets cut into slots, a broadcast join, two
-aggregates and a query of its own to choose between that and a sort) was about a second of
-either step on a warm JVM at 1M events, and more than that in a new one, where its plans are
-also code to generate and compile (issue 13's notes). Like the timelines' scans it needs a
-local master and a local directory; timelines.last_record_before falls back to Spark's search
-otherwise, or when a task fails.
+life, and Spark's search (time buckets cut into slots, a broadcast join, two aggregates, and a
+query of its own to choose between that and a sort) is several stages of small plans, which a
+new JVM must also generate and compile code for. Alternated with it at 1M events, the cold
+command took 32.4 s against 33.9 s (medians of four), the offline intervals' step about 2 s
+less; warm runs were within the noise (bench/results/analytics-1m-record-search-ab-*.json).
+Like the timelines' scans it needs a local master and a local directory;
+timelines.last_record_before falls back to Spark's search otherwise, or when a task fails.
 
 The answer is the plain join's: a query meets the records whose keys equal its own (a null key
 meets none) and whose time is before its own (or equal, when inclusive); null when none does.
