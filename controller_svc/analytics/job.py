@@ -221,7 +221,7 @@ def analyze(
         # table is read back from its Parquet files, not from their lineage).
         held = timelines.HeldFrames()
         try:
-            leaders = _leadership(events, out, clock, held, scans_dir)
+            leaders, leaders_dir = _leadership(events, out, clock, held, scans_dir)
             offline = _write(
                 lambda: timelines.offline_intervals(
                     events,
@@ -231,6 +231,7 @@ def analyze(
                     signs_of_life,
                     scan_dir=_scan_dir(scans_dir, "offline_intervals"),
                     search_dir=_scan_dir(scans_dir, "offline_last_alive"),
+                    leaders_dir=leaders_dir,
                 ),
                 out,
                 "offline_intervals",
@@ -419,10 +420,11 @@ def analyze(
 
 def _leadership(
     events: DataFrame, out: str, clock: StepClock, held: timelines.HeldFrames, scans_dir: str | None
-) -> DataFrame:
+) -> tuple[DataFrame, str | None]:
     """Step leadership: writes the table and returns the timeline the offline intervals read,
-    held (cached or its files kept) until `held` is released. By leadership_scan's tasks when
-    `scans_dir` is given, else (or when they fail) by Spark's window."""
+    held (cached or its files kept) until `held` is released, and the local directory of its
+    files, if it is read from files. By leadership_scan's tasks when `scans_dir` is given, else
+    (or when they fail) by Spark's window."""
     changes = timelines.leader_changes(events)
     if scans_dir is not None:
         table_dir = census.local_path(f"{out}/leadership")
@@ -431,14 +433,15 @@ def _leadership(
         held.remove(work_dir)
         with clock.step("leadership"):
             try:
-                return leadership_scan.leadership(changes, work_dir, os.path.abspath(table_dir))
+                timeline = leadership_scan.leadership(changes, work_dir, os.path.abspath(table_dir))
+                return timeline, os.path.join(work_dir, leadership_scan.TIMELINE_DIR)
             except Py4JJavaError as e:
-                # As for the offline intervals' scan (timelines._intervals_from): never a
+                # As for the offline intervals' scan (timelines.offline_intervals): never a
                 # reason to fail the job; the window below writes the table again, whole.
                 log.warning("leadership's scan failed; Spark's window reads the changes: %s", str(e).splitlines()[0])
     leaders = held.persist(timelines.leadership_by_window(changes), StorageLevel.MEMORY_AND_DISK)
     _write(lambda: leaders.drop(*leadership_scan.TABLE_DROPS), out, "leadership", clock)
-    return leaders
+    return leaders, None
 
 
 def _scan_dir(scans_dir: str | None, name: str) -> str | None:

@@ -9,6 +9,11 @@ the same rows (`_intervals_by_window`); this computes the same rows, column for 
 histories). Why: at 10M events the windows' stage was the largest left after the ingest (2.1M
 rows, a shuffle, a sort and four windows, about 8 task-seconds), and in a new process it is
 also code the JIT has to compile first; Arrow's sort and numpy's loops are compiled already.
+The tasks also make two kinds of row themselves (`with_losses`): a leader lost with its broker
+(each leadership's first loss of its broker, from the leadership timeline's files and the few
+thousand losses) and a topic's deletion (for each of its partitions that lost a leader). Spark
+joined every leadership with the losses for the first (827k leaderships at 10M events), and did
+that join again for the second's partitions, before the rows were written.
 Like the ingest's fast path, it needs a local master (the tasks run the driver's Python, with
 pyarrow and numpy) and a local output directory; otherwise the windows run.
 
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -55,6 +61,36 @@ OUTPUT_DDL = (
 )
 ROWS_DIR = "rows"
 INTERVALS_DIR = "intervals"
+LEADERS_DIR = "leaders"
+LOSSES_DIR = "losses"
+DELETIONS_DIR = "deletions"
+# The rows' Parquet schema as Spark writes it (`intervals`): a share's own rows are cast to it.
+ROWS_DDL = (
+    "cluster string, topic string, partition bigint, ts bigint, regain_last int, pos_ts bigint, file_id int, "
+    "block bigint, mid bigint, cause string, epoch bigint, change_code tinyint, new_leader bigint, alive_ts bigint"
+)
+POSITION_FIELDS = ("pos_ts", "file_id", "block", "mid")
+# The position struct's own field names (timelines.position).
+POSITION_DDL_FIELDS = ("ts", "file_id", "block", "mid")
+
+
+@dataclass(frozen=True)
+class BrokerLosses:
+    """What the tasks need to add the timeline rows of brokers lost while leading, and of topic
+    deletions, themselves (timelines.offline_intervals' `broker_lost` and `deleted`), rather
+    than Spark joining every leadership with the losses and every deletion with the
+    partitions that lost a leader.
+
+    `leaders`: leadership_scan's TIMELINE_DDL rows; `leaders_dir`: the local Parquet directory
+    they are read from, when they are (leadership_scan's timeline), else the tasks read what
+    Spark writes of them; `losses`: (cluster, pos, ts, broker, cause, alive_ts), one row per
+    broker a broker.change record names lost; `deletions`: (cluster, topic, pos, ts) of the
+    topic.deleted records."""
+
+    leaders: DataFrame
+    leaders_dir: str | None
+    losses: DataFrame
+    deletions: DataFrame
 
 
 def available() -> bool:
@@ -73,10 +109,12 @@ def change_code() -> Column:
     )
 
 
-def intervals(timeline_rows: DataFrame, work_dir: str) -> DataFrame:
+def intervals(timeline_rows: DataFrame, work_dir: str, broker_losses: BrokerLosses | None = None) -> DataFrame:
     """The intervals of `timeline_rows` (offline_intervals' rows: keys, pos, ts, epoch, cause,
     change, new_leader, alive_ts, regain_last). `work_dir`: a local directory of the job's own,
-    which must stay until the returned frame has been read (the caller removes it)."""
+    which must stay until the returned frame has been read (the caller removes it).
+    `broker_losses`: the tasks add the rows of the leaders' broker losses and of the topics'
+    deletions themselves (then `timeline_rows` holds neither)."""
     spark = timeline_rows.sparkSession
     rows_dir, intervals_dir = os.path.join(work_dir, ROWS_DIR), os.path.join(work_dir, INTERVALS_DIR)
     shutil.rmtree(work_dir, ignore_errors=True)
@@ -97,27 +135,229 @@ def intervals(timeline_rows: DataFrame, work_dir: str) -> DataFrame:
         "new_leader",
         "alive_ts",
     ).write.parquet(rows_dir)
-    partition_tasks.run(spark, _scan_task, rows_dir, intervals_dir)
+    if broker_losses is None:
+        partition_tasks.run(spark, _scan_task, rows_dir, intervals_dir)
+    else:
+        inputs = _write_loss_inputs(broker_losses, work_dir)
+        partition_tasks.run(spark, _scan_with_losses_task, rows_dir, intervals_dir, *inputs)
     return spark.read.schema(OUTPUT_DDL).parquet(intervals_dir)
+
+
+def _write_loss_inputs(broker_losses: BrokerLosses, work_dir: str) -> tuple[str, str, str]:
+    """Writes what the tasks read besides the rows: the losses and deletions (few rows, every
+    task reads them whole) and, unless they are in files already, the leaderships."""
+    leaders_dir = broker_losses.leaders_dir
+    if leaders_dir is None:
+        leaders_dir = os.path.join(work_dir, LEADERS_DIR)
+        broker_losses.leaders.select(
+            "cluster", "topic", "partition", "leader", "leader_epoch", "from_pos", "until_pos"
+        ).write.parquet(leaders_dir)
+    position = [
+        F.col(f"pos.{field}").alias(name) for field, name in zip(POSITION_DDL_FIELDS, POSITION_FIELDS, strict=True)
+    ]
+    losses_dir, deletions_dir = os.path.join(work_dir, LOSSES_DIR), os.path.join(work_dir, DELETIONS_DIR)
+    broker_losses.losses.select("cluster", "broker", *position, "ts", "cause", "alive_ts").write.parquet(losses_dir)
+    broker_losses.deletions.select("cluster", "topic", *position, "ts").write.parquet(deletions_dir)
+    return leaders_dir, losses_dir, deletions_dir
 
 
 def _scan_task(args: tuple[str, str, int, int]) -> int:
     return scan_share(*args)
 
 
-def scan_share(rows_dir: str, intervals_dir: str, share: int, shares: int) -> int:
+def _scan_with_losses_task(args: tuple[str, str, str, str, str, int, int]) -> int:
+    rows_dir, intervals_dir, leaders_dir, losses_dir, deletions_dir, share, shares = args
+    return scan_share(rows_dir, intervals_dir, share, shares, (leaders_dir, losses_dir, deletions_dir))
+
+
+def scan_share(
+    rows_dir: str, intervals_dir: str, share: int, shares: int, loss_dirs: tuple[str, str, str] | None = None
+) -> int:
     """One task: the partitions whose number is `share` modulo `shares` (so that each
     partition's rows are in one share), sorted and scanned; writes their intervals (an empty
     file when there are none, so that the directory always holds the schema) and returns how
-    many."""
+    many. `loss_dirs`: the leaderships, losses and deletions the share's broker losses and
+    deletions are found from (with_losses)."""
     import pyarrow as pa
 
-    table = partition_tasks.sorted_by(partition_tasks.read_share(rows_dir, share, shares), SORT_COLUMNS)
+    table = partition_tasks.read_share(rows_dir, share, shares, schema=rows_schema())
+    if loss_dirs is not None:
+        leaders_dir, losses_dir, deletions_dir = loss_dirs
+        table = with_losses(
+            table,
+            partition_tasks.read_share(leaders_dir, share, shares),
+            partition_tasks.read_all(losses_dir),
+            partition_tasks.read_all(deletions_dir),
+        )
+    table = partition_tasks.sorted_by(table, SORT_COLUMNS)
     found = intervals_of(table)
     if found is None:
         found = pa.schema(_output_fields()).empty_table()
     partition_tasks.write_part(found, intervals_dir, share)
     return int(found.num_rows)
+
+
+def rows_schema() -> Any:
+    """ROWS_DDL as an Arrow schema."""
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32(), "tinyint": pa.int8()}
+    return pa.schema([pa.field(name, types[kind]) for name, kind in (field.split() for field in ROWS_DDL.split(", "))])
+
+
+def with_losses(rows: Any, leaders: Any, losses: Any, deletions: Any) -> Any:
+    """A share's timeline rows (ROWS_DDL: partition.offline, log-dir failures and regains) with
+    the rows of its leaderships' broker losses and of its topics' deletions added, as
+    timelines.offline_intervals has Spark make them (`broker_lost`, `deleted`): Arrow tables
+    in, an Arrow table of ROWS_DDL out, unsorted.
+
+    `leaders`: the share's leaderships (cluster, topic, partition, leader, leader_epoch,
+    from_pos, until_pos); `losses`: every broker loss (cluster, broker, the position's fields,
+    ts, cause, alive_ts); `deletions`: every deletion (cluster, topic, the position's fields,
+    ts). A leadership's broker loss is the first loss of its broker at or after the
+    leadership's start, if before its end (timelines.first_loss_in_tenure); a deletion counts
+    for each partition of its topic with a loss of any cause (it ends the interval open then)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    schema = rows_schema()
+    rows = rows.cast(schema)
+    lost = _first_losses(leaders, losses)
+    starts = pa.concat_tables([rows.filter(pc.equal(rows["change_code"], LOST)), lost]).select(
+        ["cluster", "topic", "partition"]
+    )
+    deleted = _deletions_of(starts, deletions)
+    return pa.concat_tables([rows, lost, deleted])
+
+
+def _fields(table: Any, name: str) -> tuple[list[Any], Any]:
+    """A position struct column's fields (numpy, nulls as the least int64, as Spark's order puts
+    a null first) and the struct's validity."""
+    import numpy as np
+
+    column = table[name].combine_chunks()
+    valid = ~np.asarray(column.is_null(), dtype=bool)
+    values = [_least_if_null(column.field(i)) for i in range(column.type.num_fields)]
+    return values, valid
+
+
+def _least_if_null(column: Any) -> Any:
+    """An integer column as int64 numpy values, a null as the least int64 (first, as in Spark's order)."""
+    import numpy as np
+    import pyarrow as pa
+
+    return np.asarray(column.cast(pa.int64()).fill_null(np.iinfo(np.int64).min), dtype=np.int64)
+
+
+def _first_losses(leaders: Any, losses: Any) -> Any:
+    """The broker-loss rows (ROWS_DDL) of `leaders` (with_losses): one sort of the leaderships
+    and the losses together by broker and position, each leadership followed by its broker's
+    next loss."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    schema = rows_schema()
+    led = leaders.filter(pc.and_(pc.greater_equal(leaders["leader"], 0), pc.invert(pc.is_null(leaders["cluster"]))))
+    # One loss per broker and position (a record naming a broker twice): the least (cause,
+    # alive_ts), as Spark's min of the loss's struct.
+    losses = losses.filter(pc.invert(pc.or_(pc.is_null(losses["cluster"]), pc.is_null(losses["broker"]))))
+    losses = partition_tasks.sorted_by(losses, ("cluster", "broker", *POSITION_FIELDS, "cause", "alive_ts"))
+    losses = losses.filter(pa.array(partition_tasks.run_starts(losses, ("cluster", "broker", *POSITION_FIELDS))))
+    if led.num_rows == 0 or losses.num_rows == 0:
+        return schema.empty_table()
+    from_fields, _ = _fields(led, "from_pos")
+    until_fields, until_valid = _fields(led, "until_pos")
+    loss_fields = [_least_if_null(losses[name]) for name in POSITION_FIELDS]
+    # Leaderships and losses in one order: by broker, position, and at the same position the
+    # leadership first (a loss at its start counts).
+    both = pa.table(
+        {
+            "cluster": pa.concat_arrays([led["cluster"].combine_chunks(), losses["cluster"].combine_chunks()]),
+            "broker": pa.concat_arrays([led["leader"].combine_chunks(), losses["broker"].combine_chunks()]),
+            **{name: np.concatenate([from_fields[i], loss_fields[i]]) for i, name in enumerate(POSITION_FIELDS)},
+            "is_loss": np.concatenate([np.zeros(led.num_rows, np.int8), np.ones(losses.num_rows, np.int8)]),
+            "row": np.concatenate([np.arange(led.num_rows), np.arange(losses.num_rows)]),
+        }
+    )
+    both = partition_tasks.sorted_by(both, ("cluster", "broker", *POSITION_FIELDS, "is_loss"))
+    is_loss = np.asarray(both["is_loss"], dtype=bool)
+    row = np.asarray(both["row"], dtype=np.int64)
+    count = both.num_rows
+    group = np.cumsum(partition_tasks.run_starts(both, ("cluster", "broker"))) - 1
+    # Each row's next loss at or after it, by a running minimum from the end.
+    next_loss = np.minimum.accumulate(np.where(is_loss, np.arange(count), count)[::-1])[::-1]
+    has_next = next_loss < count
+    next_loss = np.where(has_next, next_loss, 0)
+    found = ~is_loss & has_next & (group[next_loss] == group)
+    leadership, loss = row[found], row[next_loss[found]]
+    # Only a loss before the leadership's end (the next election) is the leadership's.
+    before_end = ~until_valid[leadership] | _before(
+        [values[loss] for values in loss_fields], [values[leadership] for values in until_fields]
+    )
+    leadership, loss = leadership[before_end], loss[before_end]
+    taken_led, taken_loss = led.take(pa.array(leadership)), losses.take(pa.array(loss))
+    nothing = pa.nulls(len(leadership), pa.int64())
+    return pa.table(
+        {
+            "cluster": taken_led["cluster"],
+            "topic": taken_led["topic"],
+            "partition": taken_led["partition"],
+            "ts": taken_loss["ts"],
+            "regain_last": pa.array(np.zeros(len(leadership), np.int32)),
+            **{name: taken_loss[name] for name in POSITION_FIELDS},
+            "cause": taken_loss["cause"],
+            "epoch": taken_led["leader_epoch"],
+            "change_code": pa.array(np.full(len(leadership), LOST, np.int8)),
+            "new_leader": nothing,
+            "alive_ts": taken_loss["alive_ts"],
+        }
+    ).cast(schema)
+
+
+def _before(left: list[Any], right: list[Any]) -> Any:
+    """Per row, whether the position `left` (its fields as numpy arrays) comes before `right`."""
+    import numpy as np
+
+    before = np.zeros(len(left[0]), dtype=bool)
+    equal = np.ones(len(left[0]), dtype=bool)
+    for a, b in zip(left, right, strict=True):
+        before |= equal & (a < b)
+        equal &= a == b
+    return before
+
+
+def _deletions_of(starts: Any, deletions: Any) -> Any:
+    """The deletion rows (ROWS_DDL) of the partitions in `starts` (cluster, topic, partition:
+    those that lost a leader): each deletion of the partition's topic."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    schema = rows_schema()
+    keys = starts.group_by(["cluster", "topic", "partition"]).aggregate([])
+    # Null names match nothing, as in Spark's join.
+    deletions = deletions.filter(pc.invert(pc.or_(pc.is_null(deletions["cluster"]), pc.is_null(deletions["topic"]))))
+    if keys.num_rows == 0 or deletions.num_rows == 0:
+        return schema.empty_table()
+    joined = keys.join(deletions, keys=["cluster", "topic"], join_type="inner")
+    count = joined.num_rows
+    nothing = pa.nulls(count, pa.int64())
+    return pa.table(
+        {
+            "cluster": joined["cluster"],
+            "topic": joined["topic"],
+            "partition": joined["partition"],
+            "ts": joined["ts"],
+            "regain_last": pa.array(np.zeros(count, np.int32)),
+            **{name: joined[name] for name in POSITION_FIELDS},
+            "cause": pa.nulls(count, pa.string()),
+            "epoch": nothing,
+            "change_code": pa.array(np.full(count, DELETED, np.int8)),
+            "new_leader": nothing,
+            "alive_ts": nothing,
+        }
+    ).cast(schema)
 
 
 def _output_fields() -> list[Any]:

@@ -56,6 +56,13 @@ def read_share(rows_dir: str, share: int, shares: int, column: str = "partition"
     return table.filter(pc.equal(pc.if_else(pc.less(remainder, 0), pc.add(remainder, shares), remainder), share))
 
 
+def read_all(rows_dir: str) -> Any:
+    """Every row in `rows_dir` (few: what every task reads whole), as read_share's are."""
+    import pyarrow.dataset as ds
+
+    return ds.dataset(rows_dir, format="parquet").to_table().replace_schema_metadata(None)
+
+
 def sorted_by(table: Any, columns: Sequence[str]) -> Any:
     """The table in ascending order of `columns`, nulls first as Spark's ascending order has them."""
     import pyarrow.compute as pc

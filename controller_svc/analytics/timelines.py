@@ -184,7 +184,7 @@ def last_record_before(
             )
             return _with_answers(queries, answers, keys, at, alias)
         except Py4JJavaError as e:
-            # As for the timelines' scans (_intervals_from): a failed task is never a reason to
+            # As for the timelines' scans (offline_intervals): a failed task is never a reason to
             # fail the job; Spark's search gives the same answers, slower.
             log.warning("the search for %s failed; Spark's search answers it: %s", alias, str(e).splitlines()[0])
     timed = queries.filter(F.col(at).isNotNull()).select(*keys, F.col(at).alias("_at")).distinct()
@@ -652,6 +652,7 @@ def offline_intervals(
     signs_of_life: DataFrame | None = None,
     scan_dir: str | None = None,
     search_dir: str | None = None,
+    leaders_dir: str | None = None,
 ) -> DataFrame:
     """From the moment a partition lost its leader to the moment the new leader's broker applied
     that role.
@@ -669,9 +670,12 @@ def offline_intervals(
     node.alive (writers_of_liveness), when known already; `signs_of_life`: every node's record
     times (node_records), when indexed already. `scan_dir`: each partition's timeline is read
     by offline_scan (Arrow and numpy in Python tasks, working in this local directory, removed
-    when `held` is released) rather than by Spark's windows; the same rows. `search_dir`: the
-    dead brokers' last signs of life are searched by record_search's tasks, working there
-    (last_record_before).
+    when `held` is released) rather than by Spark's windows; the same rows. Its tasks also
+    find each leadership's first broker loss and each deletion's partitions themselves, so
+    that Spark joins neither. `search_dir`: the dead brokers' last signs of life are searched
+    by record_search's tasks, working there (last_record_before). `leaders_dir`: the local
+    Parquet files `leaders` is read from, if it is (leadership_scan's timeline), which the
+    scan's tasks then read themselves.
     """
     keys = ["cluster", "topic", "partition"]
     set_to_none = of_kind(events, "partition.offline").select(
@@ -736,12 +740,6 @@ def offline_intervals(
         .agg(F.max("alive_ts").alias("alive_ts"))
     )
     lost_brokers = lost_brokers.join(last_alive, ["cluster", "pos", "broker"], "left")
-    led = leaders.filter(F.col("leader") >= 0).select(
-        *keys, F.col("leader").alias("broker"), "leader_epoch", "from_pos", "until_pos"
-    )
-    broker_lost = first_loss_in_tenure(led, lost_brokers, held).select(
-        *keys, "pos", "ts", F.col("leader_epoch").alias("epoch"), "cause", "alive_ts"
-    )
     role_changes = of_role(of_kind(events, "partition.role_changed"), "broker")
     log_dir_failed = role_changes.filter(
         (F.col("role") == "stopped") & (F.col("reason") == "log_dir_failure") & (F.col("leader") == F.col("node_id"))
@@ -753,12 +751,10 @@ def offline_intervals(
         F.lit("leader_log_dir_failed").alias("cause"),
     )
     no_sign = F.lit(None).cast("bigint").alias("alive_ts")
-    starts = (
-        set_to_none.select("*", no_sign)
-        .unionByName(broker_lost)
-        .unionByName(log_dir_failed.select("*", no_sign))
-        .select("*", F.lit("lost").alias("change"), F.lit(None).cast("bigint").alias("new_leader"))
-    )
+
+    def as_lost(frame: DataFrame) -> DataFrame:
+        return frame.select("*", F.lit("lost").alias("change"), F.lit(None).cast("bigint").alias("new_leader"))
+
     regained = role_changes.filter((F.col("role") == "leader") & (F.col("leader") == F.col("node_id"))).select(
         *keys,
         position().alias("pos"),
@@ -769,22 +765,62 @@ def offline_intervals(
         F.col("leader").alias("new_leader"),
         no_sign,
     )
+    deletions = of_kind(events, "topic.deleted").select("cluster", "topic", position().alias("pos"), "ts")
+    # The rows every partition's timeline has whoever finds the leaderships' broker losses: the
+    # log-dir failures and the regains in one scan of the role changes (the most records here).
+    is_leader = F.col("role") == "leader"
+    own_roles = role_changes.filter(
+        (F.col("leader") == F.col("node_id"))
+        & (is_leader | ((F.col("role") == "stopped") & (F.col("reason") == "log_dir_failure")))
+    ).select(
+        *keys,
+        position().alias("pos"),
+        "ts",
+        F.col("leader_epoch").alias("epoch"),
+        F.when(~is_leader, F.lit("leader_log_dir_failed")).alias("cause"),
+        F.when(is_leader, F.lit("regained")).otherwise(F.lit("lost")).alias("change"),
+        F.when(is_leader, F.col("leader")).alias("new_leader"),
+        no_sign,
+    )
+    own_rows = (
+        as_lost(set_to_none.select("*", no_sign))
+        .unionByName(own_roles)
+        .withColumn("regain_last", (F.col("change") == "regained").cast("int"))
+    )
+    if scan_dir is not None:
+        held.remove(scan_dir)
+        try:
+            return offline_scan.intervals(
+                own_rows, scan_dir, offline_scan.BrokerLosses(leaders, leaders_dir, lost_brokers, deletions)
+            )
+        except Py4JJavaError as e:
+            # A task that failed (no numpy in the workers' Python, a full disk): Spark's joins and
+            # windows then make the intervals, slower and the same. Never a reason to fail the job.
+            log.warning(
+                "the offline intervals' scan failed; Spark's windows read the timelines: %s", str(e).splitlines()[0]
+            )
+    led = leaders.filter(F.col("leader") >= 0).select(
+        *keys, F.col("leader").alias("broker"), "leader_epoch", "from_pos", "until_pos"
+    )
+    broker_lost = first_loss_in_tenure(led, lost_brokers, held).select(
+        *keys, "pos", "ts", F.col("leader_epoch").alias("epoch"), "cause", "alive_ts"
+    )
+    starts = (
+        as_lost(set_to_none.select("*", no_sign))
+        .unionByName(as_lost(broker_lost))
+        .unionByName(as_lost(log_dir_failed.select("*", no_sign)))
+    )
     # A deletion ends whatever is open and starts the partition over: a recreated topic's leader
     # epochs begin again at 0. Only partitions that ever lost a leader need the boundary.
-    deleted = (
-        of_kind(events, "topic.deleted")
-        .select("cluster", "topic", position().alias("pos"), "ts")
-        .join(starts.select(*keys).distinct(), ["cluster", "topic"])
-        .select(
-            *keys,
-            "pos",
-            "ts",
-            F.lit(None).cast("bigint").alias("epoch"),
-            F.lit(None).cast("string").alias("cause"),
-            F.lit("deleted").alias("change"),
-            F.lit(None).cast("bigint").alias("new_leader"),
-            no_sign,
-        )
+    deleted = deletions.join(starts.select(*keys).distinct(), ["cluster", "topic"]).select(
+        *keys,
+        "pos",
+        "ts",
+        F.lit(None).cast("bigint").alias("epoch"),
+        F.lit(None).cast("string").alias("cause"),
+        F.lit("deleted").alias("change"),
+        F.lit(None).cast("bigint").alias("new_leader"),
+        no_sign,
     )
     # In one millisecond, a loss sorts before a regain (they come from different nodes' files).
     # Ties past the position (one record, two rows) break as the first loss's (pos, cause, epoch).
@@ -795,22 +831,6 @@ def offline_intervals(
         .unionByName(deleted)
         .withColumn("regain_last", (F.col("change") == "regained").cast("int"))
     )
-    return _intervals_from(timeline_rows, held, scan_dir)
-
-
-def _intervals_from(timeline_rows: DataFrame, held: HeldFrames, scan_dir: str | None) -> DataFrame:
-    """offline_intervals' last step: by offline_scan in `scan_dir` when given, else (or when
-    its tasks fail) by Spark's windows."""
-    if scan_dir is not None:
-        held.remove(scan_dir)
-        try:
-            return offline_scan.intervals(timeline_rows, scan_dir)
-        except Py4JJavaError as e:
-            # A task that failed (no numpy in the workers' Python, a full disk): the windows
-            # then read the timelines, slower and the same. Never a reason to fail the job.
-            log.warning(
-                "the offline intervals' scan failed; Spark's windows read the timelines: %s", str(e).splitlines()[0]
-            )
     return _intervals_by_window(timeline_rows)
 
 

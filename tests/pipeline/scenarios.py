@@ -416,3 +416,44 @@ def overlapping_losses(directory: pathlib.Path) -> None:
         _elected(out, 9000, C1, 1, "p", 0, 3, 2, [3], [2, 3], "offline")
         _role(out, 9003, 2, "p", 0, "leader", 2, 1, 1)
         _role(out, 9005, 3, "p", 0, "leader", 3, 2, 1)
+
+
+def log_dir_failure(directory: pathlib.Path) -> None:
+    """A leader's log dir fails: l-0 (on brokers 1 and 2) is led by broker 1 at epoch 0 until
+    broker 1 stops it at 2000 for a failed log dir; the controller elects broker 2 at epoch 1,
+    which applies it at 2012. A follower's failed log dir (broker 2's replica of m-0) and a
+    leader's replica stopped for another reason (m-1's deletion of a replica) lose nothing.
+
+    Offline intervals: l-0 [2000, 2012], cause leader_log_dir_failed.
+    """
+
+    def stopped(ts: int, broker: int, topic: str, partition: int, leader: int, reason: str) -> None:
+        out.record(
+            ts,
+            f"broker-{broker}",
+            "partition.role_changed",
+            topic=topic,
+            partition=partition,
+            role="stopped",
+            leader=leader,
+            leader_epoch=0,
+            isr=[],
+            reason=reason,
+            controller_epoch=1,
+        )
+
+    with HistoryWriter(directory) as out:
+        for b in (1, 2):
+            out.record(1000, f"broker-{b}", "broker.registered", broker_id=b, broker_epoch=100 + b)
+        out.record(1010, C1, "controller.elected", controller_id=1, controller_epoch=1, vacancy_ts=1005)
+        _elected(out, 1020, C1, 1, "l", 0, 1, 0, [1, 2], [], "new")
+        _elected(out, 1020, C1, 1, "m", 0, 1, 0, [1, 2], [], "new")
+        _elected(out, 1020, C1, 1, "m", 1, 1, 0, [1, 2], [], "new")
+        for topic, partition in (("l", 0), ("m", 0), ("m", 1)):
+            _role(out, 1022, 1, topic, partition, "leader", 1, 0, 1)
+            _role(out, 1023, 2, topic, partition, "follower", 1, 0, 1)
+        stopped(1500, 2, "m", 0, 1, "log_dir_failure")
+        stopped(1600, 1, "m", 1, 1, "replica_deleted")
+        stopped(2000, 1, "l", 0, 1, "log_dir_failure")
+        _elected(out, 2010, C1, 1, "l", 0, 2, 1, [2], [1, 2], "offline")
+        _role(out, 2012, 2, "l", 0, "leader", 2, 1, 1)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from controller_svc.analytics import synthetic
-from tests.pipeline import runs
+from tests.pipeline import runs, scenarios
 
 pytestmark = pytest.mark.pipeline
 
@@ -112,11 +112,15 @@ def test_the_job_scans_its_timelines(spark: Any, tmp_path: pathlib.Path) -> None
     real = offline_scan.intervals
     real_search = record_search.answers
     calls: list[str] = []
+    leaders_dirs: list[str] = []
     searches: list[str] = []
 
-    def recording(rows: Any, work_dir: str) -> Any:
+    def recording(rows: Any, work_dir: str, broker_losses: Any = None) -> Any:
         calls.append(work_dir)
-        return real(rows, work_dir)
+        # The tasks found the broker losses, from leadership_scan's own files.
+        assert broker_losses is not None and broker_losses.leaders_dir is not None
+        leaders_dirs.append(broker_losses.leaders_dir)
+        return real(rows, work_dir, broker_losses)
 
     def recording_search(*args: Any) -> Any:
         searches.append(f"{args[4]} {pathlib.Path(args[5]).name}")
@@ -127,6 +131,7 @@ def test_the_job_scans_its_timelines(spark: Any, tmp_path: pathlib.Path) -> None
         patch.setattr(record_search, "answers", recording_search)
         scanned = runs.analyze(spark, logs, tmp_path / "scan", {job.SCAN_TIMELINES_CONF: True})
         assert calls == [str((tmp_path / "scan" / job.SCANS_DIR / "offline_intervals").resolve())]
+        assert leaders_dirs == [str((tmp_path / "scan" / job.SCANS_DIR / "leadership" / "timeline").resolve())]
         assert sorted(searches) == ["alive_ts offline_last_alive", "last_alive_ts failover_last_alive"]
         by_window = runs.analyze(spark, logs, tmp_path / "window", {job.SCAN_TIMELINES_CONF: False})
         assert len(calls) == 1 and len(searches) == 2
@@ -142,28 +147,52 @@ def test_the_job_scans_its_timelines(spark: Any, tmp_path: pathlib.Path) -> None
     assert not (tmp_path / "scan" / job.SCANS_DIR).exists()
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(offline_scan, "intervals", lambda rows, work_dir: real(rows, work_dir).limit(0))
+        patch.setattr(offline_scan, "intervals", lambda rows, work_dir, *more: real(rows, work_dir, *more).limit(0))
         emptied = runs.analyze(spark, logs, tmp_path / "emptied", {job.SCAN_TIMELINES_CONF: True})
     assert emptied.summary["availability"]["offline_intervals"] == 0
 
 
-def test_failed_scan_tasks_leave_the_timelines_to_the_windows(
-    spark: Any, tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("scenario", ["edge_cases", "overlapping_losses", "clean_failover", "log_dir_failure"])
+def test_the_tasks_find_the_broker_losses_and_deletions_and_fall_back_to_spark(
+    spark: Any, tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture, scenario: str
 ) -> None:
-    """A task that fails (here: raises) is logged, and the windows give the same intervals."""
-    from controller_svc.analytics import offline_scan, timelines
+    """The tasks add the leaders' broker losses and the deletions themselves (here from the
+    leaderships Spark wrote for them): the intervals Spark's joins and windows give, on the
+    hand-made histories (a deletion ending an interval and a recreated topic, a bounce, a loss
+    and a regain in one millisecond, two losses in one interval, a leader's failed log dir). A task that fails (here:
+    raises) is logged, and Spark gives the same intervals."""
+    from controller_svc.analytics import ingest, offline_scan, timelines
+    from controller_svc.analytics.job import SINGLE_CLUSTER
 
-    rows = [row for seed in range(3) for row in _random_timelines(seed, 20)]
-    frame = spark.createDataFrame(rows, TIMELINE_DDL)
+    getattr(scenarios, scenario)(tmp_path / "logs")
+    ingest.ingest(spark, [str(tmp_path / "logs")], str(tmp_path / "out"))
+    events = ingest.events(spark, str(tmp_path / "out"), SINGLE_CLUSTER)
+    leaders = timelines.leadership(events)
+
+    def offline(scan_dir: pathlib.Path | None) -> list[dict[str, Any]]:
+        held = timelines.HeldFrames()
+        found = timelines.offline_intervals(events, leaders, held, scan_dir=None if scan_dir is None else str(scan_dir))
+        rows = _sorted_rows(found)
+        held.release()
+        assert scan_dir is None or not scan_dir.exists()
+        return rows
+
+    by_spark = offline(None)
+    assert by_spark  # every scenario has intervals
+    if scenario == "edge_cases":
+        assert {row["end_cause"] for row in by_spark} == {"leader_applied", "topic_deleted"}
+        assert {row["cause"] for row in by_spark} >= {"broker_deregistered", "broker_bounced"}
+    if scenario == "log_dir_failure":
+        assert [(r["partition"], r["start_ts"], r["end_ts"], r["cause"], r["new_leader"]) for r in by_spark] == [
+            (0, 2000, 2012, "leader_log_dir_failed", 2)
+        ]
     caplog.set_level(logging.WARNING, logger="analytics")
-    held = timelines.HeldFrames()
+    assert offline(tmp_path / "scan") == by_spark
+    assert "scan failed" not in caplog.text
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(offline_scan, "_scan_task", lambda args: 1 // 0)
-        found = timelines._intervals_from(frame, held, str(tmp_path / "scan"))
+        patch.setattr(offline_scan, "_scan_with_losses_task", lambda args: 1 // 0)
+        assert offline(tmp_path / "failed") == by_spark
     assert "the offline intervals' scan failed" in caplog.text
-    assert _sorted_rows(found) == _sorted_rows(timelines._intervals_by_window(frame))
-    held.release()
-    assert not (tmp_path / "scan").exists()
 
 
 def test_the_scan_setting_must_be_true_or_false(spark: Any, tmp_path: pathlib.Path) -> None:

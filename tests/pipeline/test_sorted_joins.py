@@ -188,8 +188,52 @@ def test_failed_search_tasks_leave_the_search_to_spark(
     held.release()
 
 
+def _first_losses_in_tasks(led: list[tuple[Any, ...]], losses: list[tuple[Any, ...]]) -> dict[Any, Any]:
+    """offline_scan's broker-loss rows of the same leaderships (their `broker` as the leader)
+    and losses, as Arrow tables, by (partition, leader epoch)."""
+    import pyarrow as pa
+
+    from controller_svc.analytics import offline_scan
+
+    position = pa.struct([("ts", pa.int64()), ("file_id", pa.int32()), ("block", pa.int64()), ("mid", pa.int64())])
+
+    def positions(values: list[Any]) -> Any:
+        return pa.array(
+            [None if v is None else dict(zip(("ts", "file_id", "block", "mid"), v, strict=True)) for v in values],
+            position,
+        )
+
+    leaders = pa.table(
+        {
+            "cluster": [r[0] for r in led],
+            "topic": [r[1] for r in led],
+            "partition": [r[2] for r in led],
+            "leader": [r[3] for r in led],
+            "leader_epoch": [r[4] for r in led],
+            "from_pos": positions([r[5] for r in led]),
+            "until_pos": positions([r[6] for r in led]),
+        }
+    )
+    loss_table = pa.table(
+        {
+            "cluster": [r[0] for r in losses],
+            "broker": [r[3] for r in losses],
+            **{name: [r[1][i] for r in losses] for i, name in enumerate(offline_scan.POSITION_FIELDS)},
+            "ts": [r[2] for r in losses],
+            "cause": [r[4] for r in losses],
+            "alive_ts": [r[5] for r in losses],
+        }
+    )
+    found = offline_scan._first_losses(leaders, loss_table).to_pylist()
+    assert all(r["change_code"] == offline_scan.LOST and r["new_leader"] is None for r in found)
+    return {
+        (r["partition"], r["epoch"]): ((r["pos_ts"], r["file_id"], r["block"], r["mid"]), r["ts"], r["alive_ts"])
+        for r in found
+    }
+
+
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("search", ["joined", "joined-coarse", "sorted"])
+@pytest.mark.parametrize("search", ["joined", "joined-coarse", "sorted", "tasks"])
 def test_first_loss_in_tenure_is_the_earliest_loss_while_leading(
     spark: Any, seed: int, search: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -229,15 +273,18 @@ def test_first_loss_in_tenure_is_the_earliest_loss_while_leading(
         losses, f"cluster string, pos {POS}, ts bigint, broker bigint, cause string, alive_ts bigint"
     )
 
-    before = persisted(spark)
-    held = timelines.HeldFrames()
-    got = {
-        (r["partition"], r["leader_epoch"]): (tuple(r["pos"]), r["ts"], r["alive_ts"])
-        for r in first_loss_in_tenure(led_frame, loss_frame, held).collect()
-    }
-    assert persisted(spark) > before  # the losses were computed once, into the cache
-    held.release()
-    assert persisted(spark) == before
+    if search == "tasks":
+        got = _first_losses_in_tasks(led, losses)
+    else:
+        before = persisted(spark)
+        held = timelines.HeldFrames()
+        got = {
+            (r["partition"], r["leader_epoch"]): (tuple(r["pos"]), r["ts"], r["alive_ts"])
+            for r in first_loss_in_tenure(led_frame, loss_frame, held).collect()
+        }
+        assert persisted(spark) > before  # the losses were computed once, into the cache
+        held.release()
+        assert persisted(spark) == before
 
     plain = (
         led_frame.join(loss_frame, ["cluster", "broker"])
