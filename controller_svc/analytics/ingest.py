@@ -20,6 +20,7 @@ import functools
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -411,17 +412,21 @@ def malformed_count(spark: SparkSession, out: str) -> int:
 
 class LineIndex:
     """The split table, computed on first use: only malformed lines and violations' evidence need
-    line numbers, and computing it reads the (file, block, mid) of every line."""
+    line numbers, and computing it reads the (file, block, mid) of every line. Computed once
+    when two of the job's branches ask for it at the same time (the bad records', the
+    violations')."""
 
     def __init__(self, spark: SparkSession, out: str) -> None:
         self._spark = spark
         self._out = out
         self._table: DataFrame | None = None
+        self._lock = threading.Lock()
 
     def table(self) -> DataFrame:
-        if self._table is None:
-            self._table = splits(self._spark, self._out)
-        return self._table
+        with self._lock:
+            if self._table is None:
+                self._table = splits(self._spark, self._out)
+            return self._table
 
 
 def with_line(frame: DataFrame, split_table: DataFrame) -> DataFrame:

@@ -38,6 +38,7 @@ from controller_svc.analytics import (
     ingest,
     invariants,
     leadership_scan,
+    offline_figures,
     partition_tasks,
     report,
     schema,
@@ -190,13 +191,17 @@ def analyze(
         if lines == 0:
             raise InputError(f"no state-change records in {', '.join(inputs)} (looked for {ingest.STATE_CHANGE_GLOB})")
     line_index = ingest.LineIndex(spark, out)
-    bad = _write(
-        lambda: ingest.bad_records(spark, out, line_index.table() if malformed_lines else None, cluster_by, files),
-        out,
-        "bad_records",
-        clock,
-    )
+
+    def write_bad_records() -> DataFrame:
+        return _write(
+            lambda: ingest.bad_records(spark, out, line_index.table() if malformed_lines else None, cluster_by, files),
+            out,
+            "bad_records",
+            clock,
+        )
+
     if not per_cluster_events:
+        write_bad_records()  # what the error below points to
         raise InputError(
             f"none of the {lines} lines in {', '.join(inputs)} is a usable state-change record (see {out}/bad_records)"
         )
@@ -239,6 +244,10 @@ def analyze(
             )
         finally:
             held.release()
+        if scans_dir is not None:
+            # The table is local, and the driver's Python has Arrow and numpy (_scans_dir).
+            with clock.step("offline_figures"):
+                return _offline_figures_read(census.local_path(f"{out}/offline_intervals"), per_cluster_events)
         return figures(
             "offline_figures",
             {
@@ -321,6 +330,8 @@ def analyze(
         )
 
     def bad_lines() -> dict[str, Any]:
+        # In a branch of its own, not before the branches start: nothing else reads it.
+        bad = write_bad_records()
         return figures(
             "bad_record_figures",
             {
@@ -671,6 +682,26 @@ def _combine_availability(entries: list[dict[str, Any]]) -> dict[str, Any]:
     return total
 
 
+def _offline_figures_read(table_dir: str | None, per_cluster: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The offline figures (the `partitions` branch's result) from the offline intervals table's
+    local files (offline_figures.py): what the three queries give, the percentiles exact."""
+    assert table_dir is not None  # _scans_dir: OUTDIR is local
+    table = offline_figures.read(table_dir)
+    return {
+        "availability": offline_figures.availability(table),
+        "offline_series": offline_figures.series(table, _plot_bounds(per_cluster)),
+        "longest_offline": offline_figures.longest(table, SAMPLE_INTERVALS),
+    }
+
+
+def _plot_bounds(per_cluster: dict[str, dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """Per cluster, the offline series' first time and bucket width (at most PLOT_BUCKETS buckets)."""
+    return {
+        name: (int(row["first_ts"]), max(1, (int(row["last_ts"]) - int(row["first_ts"])) // PLOT_BUCKETS + 1))
+        for name, row in per_cluster.items()
+    }
+
+
 def _offline_series(
     spark: SparkSession, offline: DataFrame, per_cluster: dict[str, dict[str, Any]]
 ) -> dict[str, list[dict[str, Any]]]:
@@ -683,10 +714,7 @@ def _offline_series(
         )
     )
     bounds = spark.createDataFrame(
-        [
-            (name, int(row["first_ts"]), max(1, (int(row["last_ts"]) - int(row["first_ts"])) // PLOT_BUCKETS + 1))
-            for name, row in per_cluster.items()
-        ],
+        [(name, first_ts, width) for name, (first_ts, width) in _plot_bounds(per_cluster).items()],
         "cluster string, t0 long, width long",
     )
     per_bucket = (
