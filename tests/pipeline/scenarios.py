@@ -71,7 +71,9 @@ def _role(
     leader: int,
     leader_epoch: int,
     epoch: int,
+    reason: str | None = None,
 ) -> None:
+    """The broker applied a role (`reason`: why it stopped a replica, when it did)."""
     out.record(
         ts,
         f"broker-{broker}",
@@ -83,6 +85,7 @@ def _role(
         leader_epoch=leader_epoch,
         isr=[],
         controller_epoch=epoch,
+        **({} if reason is None else {"reason": reason}),
     )
 
 
@@ -426,22 +429,6 @@ def log_dir_failure(directory: pathlib.Path) -> None:
 
     Offline intervals: l-0 [2000, 2012], cause leader_log_dir_failed.
     """
-
-    def stopped(ts: int, broker: int, topic: str, partition: int, leader: int, reason: str) -> None:
-        out.record(
-            ts,
-            f"broker-{broker}",
-            "partition.role_changed",
-            topic=topic,
-            partition=partition,
-            role="stopped",
-            leader=leader,
-            leader_epoch=0,
-            isr=[],
-            reason=reason,
-            controller_epoch=1,
-        )
-
     with HistoryWriter(directory) as out:
         for b in (1, 2):
             out.record(1000, f"broker-{b}", "broker.registered", broker_id=b, broker_epoch=100 + b)
@@ -452,8 +439,8 @@ def log_dir_failure(directory: pathlib.Path) -> None:
         for topic, partition in (("l", 0), ("m", 0), ("m", 1)):
             _role(out, 1022, 1, topic, partition, "leader", 1, 0, 1)
             _role(out, 1023, 2, topic, partition, "follower", 1, 0, 1)
-        stopped(1500, 2, "m", 0, 1, "log_dir_failure")
-        stopped(1600, 1, "m", 1, 1, "replica_deleted")
-        stopped(2000, 1, "l", 0, 1, "log_dir_failure")
+        _role(out, 1500, 2, "m", 0, "stopped", 1, 0, 1, reason="log_dir_failure")
+        _role(out, 1600, 1, "m", 1, "stopped", 1, 0, 1, reason="replica_deleted")
+        _role(out, 2000, 1, "l", 0, "stopped", 1, 0, 1, reason="log_dir_failure")
         _elected(out, 2010, C1, 1, "l", 0, 2, 1, [2], [1, 2], "offline")
         _role(out, 2012, 2, "l", 0, "leader", 2, 1, 1)
