@@ -38,10 +38,10 @@ from controller_svc.analytics import (
     ingest,
     invariants,
     leadership_scan,
-    offline_figures,
     partition_tasks,
     report,
     schema,
+    table_figures,
     timelines,
 )
 from controller_svc.analytics.ingest import ClusterBy, InputError
@@ -280,6 +280,10 @@ def analyze(
             )
         finally:
             held.release()
+        if scans_dir is not None:
+            # The tables are local, and the driver's Python has Arrow and numpy (_scans_dir).
+            with clock.step("controller_figures"):
+                return _controller_figures_read(out)
         return figures(
             "controller_figures",
             {
@@ -684,13 +688,33 @@ def _combine_availability(entries: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _offline_figures_read(table_dir: str | None, per_cluster: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The offline figures (the `partitions` branch's result) from the offline intervals table's
-    local files (offline_figures.py): what the three queries give, the percentiles exact."""
+    local files (table_figures.py): what the three queries give, the percentiles exact."""
     assert table_dir is not None  # _scans_dir: OUTDIR is local
-    table = offline_figures.read(table_dir)
+    table = table_figures.read(table_dir)
     return {
-        "availability": offline_figures.availability(table),
-        "offline_series": offline_figures.series(table, _plot_bounds(per_cluster)),
-        "longest_offline": offline_figures.longest(table, SAMPLE_INTERVALS),
+        "availability": table_figures.offline_availability(table),
+        "offline_series": table_figures.offline_series(table, _plot_bounds(per_cluster)),
+        "longest_offline": table_figures.longest_offline(table, SAMPLE_INTERVALS),
+    }
+
+
+def _controller_figures_read(out: str) -> dict[str, Any]:
+    """The controllers' figures (the `controllers` branch's result) from the tenures' and
+    failover incidents' local files (table_figures.py): what the four queries give, the median
+    exact."""
+    tenures_dir, incidents_dir = (
+        census.local_path(f"{out}/controller_tenures"),
+        census.local_path(f"{out}/failover_incidents"),
+    )
+    assert tenures_dir is not None and incidents_dir is not None  # _scans_dir: OUTDIR is local
+    tenures, incidents = table_figures.read(tenures_dir), table_figures.read(incidents_dir)
+    return {
+        "availability": table_figures.failover_availability(incidents),
+        "elections": tenures.num_rows,
+        "failovers": table_figures.first_rows(
+            incidents.drop_columns(["brokers_not_applied"]), ["cluster", "elected_ts"], MAX_FAILOVERS_IN_REPORT
+        ),
+        "tenures": table_figures.first_rows(tenures, ["cluster", "start_ts"], MAX_FAILOVERS_IN_REPORT),
     }
 
 

@@ -1,4 +1,4 @@
-"""The offline figures read from the table's files (offline_figures.py) are what Spark's three
+"""The offline figures read from the table's files (table_figures.py) are what Spark's three
 queries give (job._offline_availability, job._offline_series, the longest intervals): on random
 intervals of two clusters with open ones, null detections, starts and ends in one millisecond and
 starts before the plot's first time; and Spark's percentile_approx where its summary is exact."""
@@ -52,12 +52,12 @@ def _intervals(seed: int, count: int) -> list[tuple[Any, ...]]:
 
 
 def test_the_figures_read_from_the_files_are_the_queries(spark: Any, tmp_path: pathlib.Path) -> None:
-    from controller_svc.analytics import job, offline_figures
+    from controller_svc.analytics import job, table_figures
 
     rows = _intervals(1, 3000)
     frame = spark.createDataFrame(rows, OFFLINE_DDL)
     frame.write.parquet(str(tmp_path / "offline"))
-    table = offline_figures.read(str(tmp_path / "offline"))
+    table = table_figures.read(str(tmp_path / "offline"))
     # The plot starts after some intervals did; cluster c has none.
     per_cluster = {
         "a": {"first_ts": 1000, "last_ts": 25_000},
@@ -66,12 +66,12 @@ def test_the_figures_read_from_the_files_are_the_queries(spark: Any, tmp_path: p
     }
 
     by_queries = job._offline_availability(frame)
-    assert offline_figures.availability(table) == by_queries
+    assert table_figures.offline_availability(table) == by_queries
     assert set(by_queries) == {"a", "b"}
     assert all(entry["still_offline"] > 0 and entry["p99_offline_ms"] is not None for entry in by_queries.values())
 
     series = job._offline_series(spark, frame, per_cluster)
-    assert offline_figures.series(table, job._plot_bounds(per_cluster)) == series
+    assert table_figures.offline_series(table, job._plot_bounds(per_cluster)) == series
     assert set(series) == {"a", "b"} and len(series["a"]) > 50
     # Some bucket's peak was above both its start and its end level.
     assert any(
@@ -81,16 +81,16 @@ def test_the_figures_read_from_the_files_are_the_queries(spark: Any, tmp_path: p
     )
 
     longest = job._rows(frame.orderBy(job.F.desc_nulls_first("duration_ms"), "start_ts"), job.SAMPLE_INTERVALS)
-    assert offline_figures.longest(table, job.SAMPLE_INTERVALS) == longest
+    assert table_figures.longest_offline(table, job.SAMPLE_INTERVALS) == longest
     assert longest[0]["duration_ms"] is None
 
     # No interval at all: no figures, as from the queries.
     empty = spark.createDataFrame([], OFFLINE_DDL)
     empty.write.parquet(str(tmp_path / "empty"))
-    nothing = offline_figures.read(str(tmp_path / "empty"))
-    assert offline_figures.availability(nothing) == job._offline_availability(empty) == {}
-    assert offline_figures.series(nothing, job._plot_bounds(per_cluster)) == {}
-    assert offline_figures.longest(nothing, 5) == []
+    nothing = table_figures.read(str(tmp_path / "empty"))
+    assert table_figures.offline_availability(nothing) == job._offline_availability(empty) == {}
+    assert table_figures.offline_series(nothing, job._plot_bounds(per_cluster)) == {}
+    assert table_figures.longest_offline(nothing, 5) == []
 
 
 @pytest.mark.parametrize("count", [1, 2, 7, 1000, 9000])
@@ -100,12 +100,43 @@ def test_percentiles_are_sparks_exact_summary(spark: Any, count: int) -> None:
     import numpy as np
     from pyspark.sql import functions as F
 
-    from controller_svc.analytics import offline_figures
+    from controller_svc.analytics import table_figures
 
     rng = random.Random(count)
     values = [rng.randint(-50, 5000) for _ in range(count)]
     quantiles = [0.00005, 0.01, 0.25, 0.5, 0.9, 0.99, 0.99995]
     frame = spark.createDataFrame([(v,) for v in values], "v bigint")
     by_spark = frame.agg(F.percentile_approx("v", quantiles)).first()[0]
-    assert [offline_figures.percentile(np.array(values, dtype=np.int64), q) for q in quantiles] == by_spark
-    assert offline_figures.percentile(np.array([], dtype=np.int64), 0.5) is None
+    assert [table_figures.percentile(np.array(values, dtype=np.int64), q) for q in quantiles] == by_spark
+    assert table_figures.percentile(np.array([], dtype=np.int64), 0.5) is None
+
+
+def test_the_failover_figures_read_from_the_files_are_the_queries(spark: Any, tmp_path: pathlib.Path) -> None:
+    """Failovers of two clusters, some never converged (no total), negative or missing
+    detection and election times (a clock step, an old log), against job._failover_availability
+    and the report's listing query."""
+    from controller_svc.analytics import job, table_figures
+
+    rng = random.Random(3)
+    rows = []
+    for elected in rng.sample(range(1000, 90_000), 400):
+        detection = rng.choice([None, -5, 0, rng.randint(1, 6000)])
+        election = rng.choice([None, -1, rng.randint(0, 300)])
+        total = None if rng.random() < 0.15 else rng.randint(10, 9000)
+        rows.append((rng.choice(["a", "b"]), elected, detection, election, total, 2.5, [1] if total is None else []))
+    frame = spark.createDataFrame(
+        rows,
+        "cluster string, elected_ts bigint, detection_ms bigint, election_ms bigint, total_ms bigint, "
+        "load_ms double, brokers_not_applied array<bigint>",
+    )
+    frame.write.parquet(str(tmp_path / "incidents"))
+    table = table_figures.read(str(tmp_path / "incidents"))
+
+    by_queries = job._failover_availability(frame)
+    assert table_figures.failover_availability(table) == by_queries
+    assert set(by_queries) == {"a", "b"} and all(entry["controller_gap_ms"] > 0 for entry in by_queries.values())
+    listed = job._rows(frame.orderBy("cluster", "elected_ts").drop("brokers_not_applied"), 50)
+    assert (
+        table_figures.first_rows(table.drop_columns(["brokers_not_applied"]), ["cluster", "elected_ts"], 50) == listed
+    )
+    assert len(listed) == 50 and listed[0]["cluster"] == "a"

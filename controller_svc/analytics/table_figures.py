@@ -1,17 +1,18 @@
-"""The offline intervals' figures (per cluster availability, offline partitions over time, the
-longest intervals) from the table's local Parquet files, read with Arrow and computed with numpy
-in the driver, instead of three Spark queries.
+"""The figures of the offline intervals (per cluster availability, offline partitions over time,
+the longest intervals) and of the controllers (failover availability, the failovers and tenures
+the report lists) from their tables' local Parquet files, read with Arrow and computed with numpy
+in the driver, instead of Spark queries.
 
-job.py's `_offline_availability`, `_offline_series` and the longest intervals' query define the
-figures; this computes the same values (tests/pipeline/test_offline_figures.py compares the two)
-except that the percentiles are exact: Spark's percentile_approx (accuracy 10,000) is exact up to
-about 10,000 intervals per cluster and within 1/10,000 of the rank beyond; here the value at rank
-ceil(q * n) of the sorted durations, as Spark's exact summary answers (QuantileSummaries.query).
-Why: the three queries were 12 Spark stages on the last step of the job's longest branch (2.0 s
-of a cold run at 1M events, 0.6-0.8 s warm), on a table of 40k rows at 1M events and about 400k
-at 10M that Arrow reads in milliseconds. Like the timelines' scans, it needs the table in a
-local directory (job.py falls back to the queries otherwise).
-"""
+job.py's `_offline_availability`, `_offline_series`, `_failover_availability` and the listing
+queries define the figures; this computes the same values (tests/pipeline/test_table_figures.py
+compares the two) except that the percentiles are exact: Spark's percentile_approx (accuracy
+10,000) is exact up to about 10,000 values per cluster and within 1/10,000 of the rank beyond;
+here the value at rank ceil(q * n) of the sorted values, as Spark's exact summary answers
+(QuantileSummaries.query). Why: the offline figures' three queries were 12 Spark stages on the
+last step of the job's longest branch (2.0 s of a cold run at 1M events, 0.6-0.8 s warm), the
+controllers' four another 6 at the end of the other long branch, on tables of a few dozen to
+400k rows that Arrow reads in milliseconds. Like the timelines' scans, it needs the tables in a
+local directory (job.py falls back to the queries otherwise)."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def percentile(values: Any, quantile: float) -> int | None:
     return int(ordered[min(max(rank, 1), count) - 1])
 
 
-def availability(table: Any) -> dict[Any, dict[str, Any]]:
+def offline_availability(table: Any) -> dict[Any, dict[str, Any]]:
     """Per cluster, what job._offline_availability gives (the percentiles exact)."""
     import numpy as np
     import pyarrow as pa
@@ -98,7 +99,7 @@ def availability(table: Any) -> dict[Any, dict[str, Any]]:
     return result
 
 
-def series(table: Any, bounds: dict[Any, tuple[int, int]]) -> dict[Any, list[dict[str, Any]]]:
+def offline_series(table: Any, bounds: dict[Any, tuple[int, int]]) -> dict[Any, list[dict[str, Any]]]:
     """Offline partitions over time per cluster, as job._offline_series gives them: `bounds`
     has each cluster's first time and bucket width (clusters without are left out). Each
     bucket with a change: its start, its peak (the highest level after any millisecond's
@@ -144,7 +145,7 @@ def series(table: Any, bounds: dict[Any, tuple[int, int]]) -> dict[Any, list[dic
     return result
 
 
-def longest(table: Any, limit: int) -> list[dict[str, Any]]:
+def longest_offline(table: Any, limit: int) -> list[dict[str, Any]]:
     """The `limit` longest intervals (still open first, then by duration, then by start), as
     rows."""
     import pyarrow.compute as pc
@@ -152,5 +153,39 @@ def longest(table: Any, limit: int) -> list[dict[str, Any]]:
     order = pc.sort_indices(
         table, sort_keys=[("duration_ms", "descending", "at_start"), ("start_ts", "ascending", "at_start")]
     )
+    rows: list[dict[str, Any]] = table.take(order[:limit]).to_pylist()
+    return rows
+
+
+def failover_availability(table: Any) -> dict[Any, dict[str, Any]]:
+    """Per cluster, what job._failover_availability gives (the median exact)."""
+    import numpy as np
+
+    total, total_valid = _longs(table["total_ms"])
+    detection, detection_valid = _longs(table["detection_ms"])
+    election, election_valid = _longs(table["election_ms"])
+    # Spark's greatest(x, 0) skips a null: 0.
+    detected = np.where(detection_valid, np.maximum(detection, 0), 0)
+    elected = np.where(election_valid, np.maximum(election, 0), 0)
+    result: dict[Any, dict[str, Any]] = {}
+    for name, rows in _clusters(table):
+        totals = total[rows & total_valid]
+        detections = detection[rows & detection_valid]
+        result[name] = dict(
+            failovers=int(rows.sum()),
+            longest_failover_ms=int(totals.max()) if len(totals) else None,
+            p50_failover_ms=percentile(totals, 0.5),
+            controller_gap_ms=int((detected[rows] + elected[rows]).sum()),
+            failover_detection_ms=int(detected[rows].sum()),
+            longest_failover_detection_ms=int(detections.max()) if len(detections) else None,
+        )
+    return result
+
+
+def first_rows(table: Any, columns: list[str], limit: int) -> list[dict[str, Any]]:
+    """The first `limit` rows in ascending order of `columns` (nulls first, as Spark's orderBy)."""
+    import pyarrow.compute as pc
+
+    order = pc.sort_indices(table, sort_keys=[(name, "ascending", "at_start") for name in columns])
     rows: list[dict[str, Any]] = table.take(order[:limit]).to_pylist()
     return rows
