@@ -35,6 +35,7 @@ from pyspark.sql import functions as F
 
 from controller_svc.analytics import (
     census,
+    controller_tables,
     ingest,
     invariants,
     leadership_scan,
@@ -260,6 +261,10 @@ def analyze(
         )
 
     def controllers() -> dict[str, Any]:
+        if scans_dir is not None and _controller_tables(out, cluster_by, per_cluster_events, clock):
+            # The tables are local, and the driver's Python has Arrow and numpy (_scans_dir).
+            with clock.step("controller_figures"):
+                return _controller_figures_read(out)
         held = timelines.HeldFrames()
         try:
             tenures = _write(
@@ -457,6 +462,32 @@ def _leadership(
     leaders = held.persist(timelines.leadership_by_window(changes), StorageLevel.MEMORY_AND_DISK)
     _write(lambda: leaders.drop(*leadership_scan.TABLE_DROPS), out, "leadership", clock)
     return leaders, None
+
+
+def _controller_tables(
+    out: str, cluster_by: ClusterBy, per_cluster: dict[str, dict[str, Any]], clock: StepClock
+) -> bool:
+    """Step controller_tables: the controller_tenures and failover_incidents tables written by
+    controller_tables.py from the events table's local files, in the driver. False when that
+    failed (logged): Spark's queries write them then, the same rows."""
+    local_out = census.local_path(out)
+    assert local_out is not None  # _scans_dir: OUTDIR is local
+    liveness = [(name, node) for name, seen in per_cluster.items() for node in seen["liveness"]]
+    with clock.step("controller_tables"):
+        try:
+            files = controller_tables.events_files(local_out, cluster_by.mode == "dir")
+            controller_tables.write(
+                files,
+                liveness,
+                os.path.join(local_out, "controller_tenures"),
+                os.path.join(local_out, "failover_incidents"),
+            )
+            return True
+        except Exception as e:
+            # Never a reason to fail the job (as for the timelines' scans): whatever went wrong
+            # here, Spark's queries compute the same tables from the same records.
+            log.warning("the controllers' tables could not be computed in the driver; Spark computes them: %r", e)
+            return False
 
 
 def _scan_dir(scans_dir: str | None, name: str) -> str | None:

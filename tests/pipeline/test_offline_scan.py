@@ -103,8 +103,7 @@ def test_the_job_scans_its_timelines(spark: Any, tmp_path: pathlib.Path) -> None
     """A generated history analysed with the scan and with the windows: the same summary,
     offline intervals and failover incidents. The scan ran (and its intervals are the ones
     written: with its result emptied, the job finds none), so did record_search's tasks for the
-    lost brokers' and controllers' last signs of life, and their working directories are gone
-    afterwards."""
+    lost brokers' last signs of life, and their working directories are gone afterwards."""
     from controller_svc.analytics import job, offline_scan, record_search
 
     logs = tmp_path / "logs"
@@ -132,16 +131,18 @@ def test_the_job_scans_its_timelines(spark: Any, tmp_path: pathlib.Path) -> None
         scanned = runs.analyze(spark, logs, tmp_path / "scan", {job.SCAN_TIMELINES_CONF: True})
         assert calls == [str((tmp_path / "scan" / job.SCANS_DIR / "offline_intervals").resolve())]
         assert leaders_dirs == [str((tmp_path / "scan" / job.SCANS_DIR / "leadership" / "timeline").resolve())]
-        assert sorted(searches) == ["alive_ts offline_last_alive", "last_alive_ts failover_last_alive"]
+        # The lost controllers' last signs of life are found in the driver (controller_tables.py).
+        assert searches == ["alive_ts offline_last_alive"]
         by_window = runs.analyze(spark, logs, tmp_path / "window", {job.SCAN_TIMELINES_CONF: False})
-        assert len(calls) == 1 and len(searches) == 2
+        assert len(calls) == 1 and len(searches) == 1
     assert scanned.summary["availability"]["offline_intervals"] > 0
     assert _history(scanned) == _history(by_window)
     for table in ("offline_intervals", "failover_incidents"):
         assert _sorted_rows(spark.read.parquet(str(tmp_path / "scan" / table))) == _sorted_rows(
             spark.read.parquet(str(tmp_path / "window" / table))
         )
-    # The searches found signs of life: faults before their detection, of brokers and controllers.
+    # Signs of life were found (by the tasks for brokers, in the driver for controllers): faults
+    # before their detection.
     assert scanned.summary["availability"]["offline_detection_ms"] > 0
     assert scanned.summary["availability"]["failover_detection_ms"] > 0
     assert not (tmp_path / "scan" / job.SCANS_DIR).exists()
