@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from controller_svc.analytics import leadership_scan, partition_tasks
+from controller_svc.analytics.ingest import ClusterBy
 
 # Where ingest.write puts the usable records: one directory per kind (ingest's partitionBy).
 USABLE_DIR = "status=ok"
@@ -115,7 +116,7 @@ class EventsFiles:
     (ClusterBy.attach): `clusters` maps a file_id to its cluster, None for one cluster."""
 
     events_dir: str
-    clusters: Mapping[int, str] | None
+    clusters: Mapping[int, str | None] | None
 
     def cluster(self, file_id: int | None) -> str | None:
         if self.clusters is None:
@@ -161,24 +162,13 @@ def _with_column(table: Any, name: str, values: Any) -> Any:
     return table.append_column(name, values)
 
 
-def events_files(out: str, by_directory: bool) -> EventsFiles:
-    """The events table of the job writing to the local directory `out`, clustered as
-    ClusterBy("dir") (`by_directory`) or as one cluster."""
-    if not by_directory:
+def events_files(out: str, cluster_by: ClusterBy, file_rows: Sequence[tuple[int, str]]) -> EventsFiles:
+    """The events table of the job writing to the local directory `out`, its records clustered
+    by `cluster_by` (`file_rows`: the files table's rows, ingest.file_rows)."""
+    if cluster_by.mode != "dir":
         return EventsFiles(os.path.join(out, "events"), None)
-    files = partition_tasks.read_all(os.path.join(out, "files"))
-    clusters = {
-        int(file_id): _directory_of(name)
-        for file_id, name in zip(files["file_id"].to_pylist(), files["file"].to_pylist(), strict=True)
-        if file_id is not None
-    }
+    clusters = {file_id: cluster_by.of_file(name) for file_id, name in file_rows}
     return EventsFiles(os.path.join(out, "events"), clusters)
-
-
-def _directory_of(file: str | None) -> str:
-    """ClusterBy.column: regexp_extract(file, '^(.*)/[^/]+$', 1), empty when it does not match."""
-    found = re.match(r"^(.*)/[^/]+$", file or "", re.DOTALL)
-    return found.group(1) if found is not None and file is not None else ""
 
 
 # --- what the tables are computed from ------------------------------------------------------

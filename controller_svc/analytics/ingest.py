@@ -19,10 +19,12 @@ import fnmatch
 import functools
 import logging
 import os
+import re
 import shutil
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote
 
 from py4j.protocol import Py4JJavaError
@@ -53,6 +55,10 @@ _SPARK_TYPES: dict[str, T.DataType] = {
 }
 
 
+# A log file's directory (ClusterBy "dir"): the cluster its records belong to.
+_DIRECTORY_PATTERN = r"^(.*)/[^/]+$"
+
+
 class InputError(ValueError):
     """Bad input for the whole job (exit 2): a missing path, no records at all."""
 
@@ -65,8 +71,19 @@ class ClusterBy:
 
     def column(self, file: Column) -> Column:
         if self.mode == "dir":
-            return F.regexp_extract(file, r"^(.*)/[^/]+$", 1)
+            return F.regexp_extract(file, _DIRECTORY_PATTERN, 1)
         return F.lit("default")
+
+    def of_file(self, file: str | None) -> str | None:
+        """`column` in Python, for one file's name (None: no file, no cluster, as the left join
+        in `attach` gives it)."""
+        if self.mode != "dir":
+            return "default"
+        if file is None:
+            return None
+        # regexp_extract's answer where the pattern does not match: the empty string.
+        found = re.match(_DIRECTORY_PATTERN, file, re.DOTALL)
+        return found.group(1) if found is not None else ""
 
     def attach(self, frame: DataFrame, files: DataFrame | None) -> DataFrame:
         """Adds `cluster` to rows that carry a file_id; `files` is the files table (file_id,
@@ -405,7 +422,14 @@ def splits(spark: SparkSession, out: str) -> DataFrame:
 
 def malformed_count(spark: SparkSession, out: str) -> int:
     """Malformed lines in the events table: only their partition is read (the usable ones are
-    counted with the job's per-node totals, which read every record anyway)."""
+    counted with the job's per-node totals, which read every record anyway). In a local
+    directory, from the Parquet files' own row counts, without a Spark job."""
+    events_dir = census.local_path(f"{out}/events")
+    if events_dir is not None and arrow_ingest.available():
+        import pyarrow.dataset as ds
+
+        bad_dir = os.path.join(events_dir, "status=bad")
+        return ds.dataset(bad_dir, format="parquet").count_rows() if os.path.isdir(bad_dir) else 0
     table = events_table(spark, out)
     return table.filter(F.col("status") == "bad").count()
 
@@ -614,11 +638,25 @@ def ingest(spark: SparkSession, inputs: Sequence[str], out: str, prefetch: censu
     return records.from_tasks
 
 
+FILES_DDL = "file_id int, file string"
+
+
 def files(spark: SparkSession, out: str) -> DataFrame:
     """The files table (file_id, file) as `ingest` wrote it, as a local frame (one row per file),
-    so that the joins with it broadcast without a scan of its own."""
-    table = spark.read.parquet(f"{out}/files")
-    return spark.createDataFrame(table.collect(), table.schema)
+    so that the joins with it broadcast without a scan of its own. In a local directory, read
+    with Arrow, without a Spark job."""
+    return spark.createDataFrame(file_rows(spark, out), FILES_DDL)
+
+
+def file_rows(spark: SparkSession, out: str) -> list[tuple[int, str]]:
+    """The files table's rows, (file_id, file)."""
+    files_dir = census.local_path(f"{out}/files")
+    if files_dir is not None and arrow_ingest.available():
+        import pyarrow.dataset as ds
+
+        table = ds.dataset(files_dir, format="parquet").to_table(columns=["file_id", "file"])
+        return list(zip(table["file_id"].to_pylist(), table["file"].to_pylist(), strict=True))
+    return [(row["file_id"], row["file"]) for row in spark.read.schema(FILES_DDL).parquet(f"{out}/files").collect()]
 
 
 def with_file_name(frame: DataFrame, files_table: DataFrame) -> DataFrame:
@@ -734,6 +772,42 @@ def node_totals(
         F.max("writes_liveness").alias("writes_liveness"),
         F.sum("unnamed").alias("unnamed"),
     )
+
+
+def node_total_rows(
+    spark: SparkSession,
+    events: DataFrame,
+    nodes: node_index.TaskNodes | None,
+    cluster_by: ClusterBy,
+    files_table: DataFrame,
+    file_rows: Sequence[tuple[int, str]],
+) -> list[Any]:
+    """node_totals' rows (Spark's Rows or dicts with the same fields). When the fast path's
+    tasks wrote every file, there is nothing to scan: their totals are combined here, in
+    Python, without a Spark job (`file_rows`: the files table's, for the clusters)."""
+    if nodes is None or nodes.other_files:
+        return node_totals(spark, events, nodes, cluster_by, files_table).collect()
+    names = dict(file_rows)
+    per_node: dict[tuple[str | None, str], dict[str, Any]] = {}
+    for file_id, total in nodes.totals:
+        cluster = cluster_by.of_file(names.get(file_id))
+        entry = per_node.get((cluster, total.node))
+        if entry is None:
+            per_node[(cluster, total.node)] = {
+                "cluster": cluster,
+                "node": total.node,
+                "events": total.events,
+                "first_ts": total.first_ts,
+                "last_ts": total.last_ts,
+                "writes_liveness": int(total.writes_liveness),
+                "unnamed": 0,
+            }
+            continue
+        entry["events"] += total.events
+        entry["first_ts"] = min(entry["first_ts"], total.first_ts)
+        entry["last_ts"] = max(entry["last_ts"], total.last_ts)
+        entry["writes_liveness"] = max(entry["writes_liveness"], int(total.writes_liveness))
+    return list(per_node.values())
 
 
 def signs_of_life(

@@ -184,9 +184,12 @@ def analyze(
     checks = from_tasks.checks
     with clock.step("clusters"):
         malformed_lines = ingest.malformed_count(spark, out)
-        files = ingest.files(spark, out)
+        file_rows = ingest.file_rows(spark, out)
+        files = spark.createDataFrame(file_rows, ingest.FILES_DDL)
         events = ingest.events(spark, out, cluster_by, files)
-        per_cluster_events = _per_cluster(ingest.node_totals(spark, events, from_tasks.nodes, cluster_by, files))
+        per_cluster_events = _per_cluster(
+            ingest.node_total_rows(spark, events, from_tasks.nodes, cluster_by, files, file_rows)
+        )
         lines = malformed_lines + sum(seen["events"] for seen in per_cluster_events.values())
         log.info("%d lines parsed in %.1f s", lines, time.monotonic() - started)
         if lines == 0:
@@ -261,7 +264,7 @@ def analyze(
         )
 
     def controllers() -> dict[str, Any]:
-        if scans_dir is not None and _controller_tables(out, cluster_by, per_cluster_events, clock):
+        if scans_dir is not None and _controller_tables(out, cluster_by, file_rows, per_cluster_events, clock):
             # The tables are local, and the driver's Python has Arrow and numpy (_scans_dir).
             with clock.step("controller_figures"):
                 return _controller_figures_read(out)
@@ -465,7 +468,11 @@ def _leadership(
 
 
 def _controller_tables(
-    out: str, cluster_by: ClusterBy, per_cluster: dict[str, dict[str, Any]], clock: StepClock
+    out: str,
+    cluster_by: ClusterBy,
+    file_rows: Sequence[tuple[int, str]],
+    per_cluster: dict[str, dict[str, Any]],
+    clock: StepClock,
 ) -> bool:
     """Step controller_tables: the controller_tenures and failover_incidents tables written by
     controller_tables.py from the events table's local files, in the driver. False when that
@@ -475,7 +482,7 @@ def _controller_tables(
     liveness = [(name, node) for name, seen in per_cluster.items() for node in seen["liveness"]]
     with clock.step("controller_tables"):
         try:
-            files = controller_tables.events_files(local_out, cluster_by.mode == "dir")
+            files = controller_tables.events_files(local_out, cluster_by, file_rows)
             controller_tables.write(
                 files,
                 liveness,
@@ -550,15 +557,15 @@ def _logged(name: str, run: Callable[[], Any]) -> Callable[[], Any]:
     return branch
 
 
-def _per_cluster(per_node: DataFrame) -> dict[str, dict[str, Any]]:
+def _per_cluster(rows: Sequence[Any]) -> dict[str, dict[str, Any]]:
     """Per cluster: its events, first and last ts, node names and the nodes that write
     node.alive (timelines.writers_of_liveness, without a scan of their records); raises when a
-    record's file has no id (see ingest._located). From the per-node totals (ingest.node_totals:
+    record's file has no id (see ingest._located). From the per-node totals (ingest.node_total_rows:
     a few rows, combined here): numbers only, which Spark sums in a hash table, where a set of
     names per cluster took its slower object aggregate over every row (10M events: 1.7 -> 1.0
-    s); the fast path's tasks take most of them already."""
+    s); the fast path's tasks take most of them already, and all of them without a Spark job
+    when they wrote every file."""
     clusters: dict[str, dict[str, Any]] = {}
-    rows = per_node.collect()
     unnamed = sum(int(row["unnamed"]) for row in rows)
     if unnamed:
         # The ingest names a file as Spark's scans do (ingest.file_table); a scan that named one

@@ -113,7 +113,9 @@ def _both(spark: Any, logs: pathlib.Path, out: pathlib.Path, by_directory: bool)
     by_spark = {"tenures": _sorted_rows(tenures), "incidents": _sorted_rows(incidents)}
     held.release()
     liveness = [(row["cluster"], row["node"]) for row in timelines.writers_of_liveness(events).collect()]
-    files = controller_tables.events_files(str(out), by_directory)
+    files = controller_tables.events_files(
+        str(out), ClusterBy("dir" if by_directory else "none"), ingest.file_rows(spark, str(out))
+    )
     written = controller_tables.write(files, liveness, str(out / "t"), str(out / "i"))
     tenures_read, incidents_read = spark.read.parquet(str(out / "t")), spark.read.parquet(str(out / "i"))
     # The same columns, named and typed as Spark's, in the same order.

@@ -166,3 +166,65 @@ def test_the_records_of_a_file_spark_reads_count_as_well(spark: Any, tmp_path: p
     assert _rows(spark, tmp_path / "tasks", "offline_intervals") == _rows(
         spark, tmp_path / "spark", "offline_intervals"
     )
+
+
+@pytest.mark.parametrize("mode", ["none", "dir"])
+def test_the_tasks_totals_are_combined_in_python_as_spark_combines_them(
+    spark: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """When the tasks wrote every file, the job's per-node totals are combined in the driver
+    (ingest.node_total_rows), without a Spark job: the rows Spark's combination of the same
+    totals gives (ingest.node_totals), in one cluster and per directory, with each file cut
+    into many chunks (a node's totals in several pieces) and two directories holding the same
+    node names."""
+    from controller_svc.analytics import arrow_ingest, ingest
+    from controller_svc.analytics.ingest import ClusterBy
+
+    for directory, seed in (("east", 1), ("west", 2)):
+        synthetic.generate(tmp_path / "logs" / directory, 3_000, brokers=3, partitions=20, seed=seed)
+    monkeypatch.setattr(arrow_ingest, "CHUNK_BYTES", 16 << 10)
+    out = str(tmp_path / "out")
+    found = ingest.ingest(spark, [str(tmp_path / "logs")], out)
+    nodes = found.nodes
+    assert nodes is not None and not nodes.other_files
+    assert len(nodes.totals) > 2 * len({total.node for _, total in nodes.totals})  # pieces
+    cluster_by = ClusterBy(mode)
+    file_rows = ingest.file_rows(spark, out)
+    files = spark.createDataFrame(file_rows, ingest.FILES_DDL)
+    events = ingest.events(spark, out, cluster_by, files)
+
+    def key(row: Any) -> str:
+        return json.dumps(dict(row.asDict() if hasattr(row, "asDict") else row), sort_keys=True)
+
+    in_python = sorted(ingest.node_total_rows(spark, events, nodes, cluster_by, files, file_rows), key=key)
+    by_spark = sorted(ingest.node_totals(spark, events, nodes, cluster_by, files).collect(), key=key)
+    assert [key(row) for row in in_python] == [key(row) for row in by_spark]
+    assert len({row["cluster"] for row in in_python}) == (2 if mode == "dir" else 1)
+    # And Spark's own scan of the table agrees (no tasks' totals at all).
+    scanned = sorted(ingest.node_totals(spark, events, None, cluster_by, files).collect(), key=key)
+    assert [key(row) for row in in_python] == [key(row) for row in scanned]
+
+
+def test_the_malformed_count_and_the_files_are_read_without_spark_where_local(
+    spark: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ingest.malformed_count and ingest.file_rows read a local table's files with Arrow: what
+    Spark's reader gives (without pyarrow, they use it), with malformed lines and without."""
+    from controller_svc.analytics import arrow_ingest, ingest
+
+    scenarios.malformed(tmp_path / "bad")
+    synthetic.generate(tmp_path / "good", 2_000, brokers=3, partitions=10, seed=3)
+    answers = {}
+    for name in ("bad", "good"):
+        out = str(tmp_path / f"out-{name}")
+        ingest.ingest(spark, [str(tmp_path / name)], out)
+        answers[name] = (ingest.malformed_count(spark, out), sorted(ingest.file_rows(spark, out)))
+    with monkeypatch.context() as patch:
+        patch.setattr(arrow_ingest, "available", lambda: False)
+        for name in ("bad", "good"):
+            out = str(tmp_path / f"out-{name}")
+            assert (ingest.malformed_count(spark, out), sorted(ingest.file_rows(spark, out))) == answers[name]
+    bad_lines = sum(1 for _line, reason in scenarios.MALFORMED if reason is not None)
+    assert answers["bad"][0] == bad_lines > 0 and answers["good"][0] == 0
+    assert [file_id for file_id, _ in answers["good"][1]] == list(range(len(answers["good"][1])))
+    assert all(file.endswith(".state-change.jsonl") for _, file in answers["good"][1])
