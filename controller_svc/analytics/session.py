@@ -31,6 +31,8 @@ JIT_OPTIONS = "-XX:-DontCompileHugeMethods -XX:+UseParallelGC"
 # A new process gains little (a run reuses few of its own classes). A class costs a few KB to
 # a few hundred KB of metaspace.
 CODEGEN_CACHE_ENTRIES = 2000
+# Up to this many input paths, a local master lists them without a Spark job (build).
+LOCAL_LISTING_PATHS = 100_000
 WORKER_DAEMON_MODULE = "controller_svc.analytics.worker_daemon"
 
 
@@ -202,6 +204,12 @@ def build(
         # task no longer re-reads the zip archives on the workers' import path (CPython
         # gh-103200): about 180 ms a task on 2 cores (bench.analytics_python_tasks).
         settings["spark.python.daemon.module"] = WORKER_DAEMON_MODULE
+        # Spark lists more than 32 input paths (or subdirectories) with a Spark job of its own
+        # (InMemoryFileIndex.bulkListLeafFiles), made for remote file systems; a local master
+        # lists local files in its own JVM either way, and the job only adds a stage of
+        # scheduling, the first of a cold run: a 33-file history (1M or 10M events) paid 0.76 s
+        # for it before the ingest's tasks (bench/results/stages-1m-analytics-5a58668.json).
+        settings["spark.sql.sources.parallelPartitionDiscovery.threshold"] = str(LOCAL_LISTING_PATHS)
     settings.update(conf or {})
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():

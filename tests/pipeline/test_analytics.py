@@ -537,3 +537,27 @@ def test_building_a_query_sends_no_python_call_site(spark: Any, monkeypatch: pyt
     assert frame.columns == ["next"]
     assert len(sent) > 5  # the plan was built through Py4J
     assert not [command for command in sent if "PySparkCurrentOrigin" in command]
+
+
+def test_a_local_master_lists_many_input_files_without_a_spark_job(spark: Any, tmp_path: pathlib.Path) -> None:
+    """session.build lists a local master's inputs in the driver: 40 files (over Spark's default
+    threshold of 32, above which a listing job runs first) give their names without a job."""
+    from controller_svc.analytics import session
+
+    files = []
+    for index in range(40):
+        path = tmp_path / f"broker-{index}.state-change.jsonl"
+        path.write_text('{"ts":1,"node":"broker-1","kind":"node.alive"}\n')
+        files.append(str(path))
+    tracker = spark.sparkContext.statusTracker()
+    assert spark.conf.get("spark.sql.sources.parallelPartitionDiscovery.threshold") == str(session.LOCAL_LISTING_PATHS)
+    before = set(tracker.getJobIdsForGroup())
+    assert len(spark.read.text(files).inputFiles()) == 40
+    assert set(tracker.getJobIdsForGroup()) == before
+    # With Spark's default, the same listing is a job of its own.
+    spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "32")
+    try:
+        assert len(spark.read.text(files).inputFiles()) == 40
+    finally:
+        spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", str(session.LOCAL_LISTING_PATHS))
+    assert set(tracker.getJobIdsForGroup()) - before
