@@ -123,11 +123,18 @@ class EventsFiles:
             return "default"
         return None if file_id is None else self.clusters.get(file_id)
 
-    def read(self, kind: str | None, columns: Mapping[str, Any], node_prefix: str | None = None) -> Any:
+    def read(
+        self,
+        kind: str | None,
+        columns: Mapping[str, Any],
+        node_prefix: str | None = None,
+        nodes: Sequence[str] | None = None,
+    ) -> Any:
         """The records of `kind` (every kind: None) with `columns` (name: Arrow type; file_id,
         block and mid are there too) and a `cluster` column; a column a kind's files lack is
         null, as Spark's reader with the table's schema gives it. `node_prefix`: only nodes
-        named so, which the files' statistics of `node` mostly decide (a fast file holds one node)."""
+        named so, which the files' statistics of `node` mostly decide (a fast file holds one
+        node); `nodes`: only these nodes (`node` must be among `columns`), decided so too."""
         import pyarrow as pa
         import pyarrow.dataset as ds
 
@@ -144,6 +151,9 @@ class EventsFiles:
             # starts_with as a range, which Parquet's statistics can decide: '-' + 1 is '.'.
             after = node_prefix[:-1] + chr(ord(node_prefix[-1]) + 1)
             condition = (ds.field("node") >= node_prefix) & (ds.field("node") < after)
+        if nodes is not None:
+            named = ds.field("node").isin(sorted(nodes))
+            condition = named if condition is None else condition & named
         table = found.to_table(filter=condition).replace_schema_metadata(None)
         return _with_column(table, "cluster", self._clusters_of(table["file_id"]))
 
@@ -237,7 +247,8 @@ def tenures(files: EventsFiles, controller_records: Any) -> list[dict[str, Any]]
     in_order = sorted(
         elected, key=lambda row: (_nulls_first(row["cluster"]), _position(row), _nulls_first(row["controller_epoch"]))
     )
-    for row, following in zip(in_order, [*in_order[1:], None], strict=True):
+    for index, row in enumerate(in_order):
+        following = in_order[index + 1] if index + 1 < len(in_order) else None
         same_cluster = following is not None and following["cluster"] == row["cluster"]
         row["next_start_ts"] = following["ts"] if same_cluster and following is not None else None
     resigned_table = files.read(

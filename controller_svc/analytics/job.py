@@ -39,6 +39,7 @@ from controller_svc.analytics import (
     ingest,
     invariants,
     leadership_scan,
+    offline_files,
     partition_tasks,
     report,
     schema,
@@ -231,6 +232,14 @@ def analyze(
         held = timelines.HeldFrames()
         try:
             leaders, leaders_dir = _leadership(events, out, clock, held, scans_dir)
+            if (
+                scans_dir is not None
+                and leaders_dir is not None
+                and _offline_files(spark, out, cluster_by, file_rows, per_cluster_events, leaders_dir, scans_dir, clock)
+            ):
+                # The table is local, and the driver's Python has Arrow and numpy (_scans_dir).
+                with clock.step("offline_figures"):
+                    return _offline_figures_read(census.local_path(f"{out}/offline_intervals"), per_cluster_events)
             offline = _write(
                 lambda: timelines.offline_intervals(
                     events,
@@ -495,6 +504,44 @@ def _controller_tables(
             # here, Spark's queries compute the same tables from the same records.
             log.warning("the controllers' tables could not be computed in the driver; Spark computes them: %r", e)
             return False
+
+
+def _offline_files(
+    spark: SparkSession,
+    out: str,
+    cluster_by: ClusterBy,
+    file_rows: Sequence[tuple[int, str]],
+    per_cluster: dict[str, dict[str, Any]],
+    leaders_dir: str,
+    scans_dir: str,
+    clock: StepClock,
+) -> bool:
+    """Step offline_intervals: the table written by offline_files.py's tasks from the events
+    table's local files and leadership_scan's timeline (`leaders_dir`), with no Spark query,
+    working in `scans_dir`. False when that failed (logged): Spark's queries write it then,
+    the same rows."""
+    local_out = census.local_path(out)
+    assert local_out is not None  # _scans_dir: OUTDIR is local
+    liveness = [(name, node) for name, seen in per_cluster.items() for node in seen["liveness"]]
+    work_dir = os.path.join(scans_dir, "offline_files")
+    with clock.step("offline_intervals"):
+        try:
+            offline_files.write(
+                spark,
+                controller_tables.events_files(local_out, cluster_by, file_rows),
+                liveness,
+                leaders_dir,
+                work_dir,
+                os.path.join(local_out, "offline_intervals"),
+            )
+            return True
+        except Exception as e:
+            # Never a reason to fail the job (as for the controllers' tables): Spark's queries
+            # compute the same table from the same records.
+            log.warning("the offline intervals could not be computed from the files; Spark computes them: %r", e)
+            return False
+        finally:
+            shutil.rmtree(work_dir, ignore_errors=True)
 
 
 def _scan_dir(scans_dir: str | None, name: str) -> str | None:

@@ -178,23 +178,32 @@ def scan_share(
     file when there are none, so that the directory always holds the schema) and returns how
     many. `loss_dirs`: the leaderships, losses and deletions the share's broker losses and
     deletions are found from (with_losses)."""
-    import pyarrow as pa
-
     table = partition_tasks.read_share(rows_dir, share, shares, schema=rows_schema())
     if loss_dirs is not None:
-        leaders_dir, losses_dir, deletions_dir = loss_dirs
-        table = with_losses(
-            table,
-            partition_tasks.read_share(leaders_dir, share, shares),
-            partition_tasks.read_all(losses_dir),
-            partition_tasks.read_all(deletions_dir),
-        )
-    table = partition_tasks.sorted_by(table, SORT_COLUMNS)
-    found = intervals_of(table)
-    if found is None:
-        found = pa.schema(_output_fields()).empty_table()
+        table = with_losses(table, *read_loss_inputs(loss_dirs, share, shares))
+    found = sorted_intervals(table)
     partition_tasks.write_part(found, intervals_dir, share)
     return int(found.num_rows)
+
+
+def read_loss_inputs(loss_dirs: tuple[str, str, str], share: int, shares: int) -> tuple[Any, Any, Any]:
+    """What with_losses reads besides a share's rows, from `loss_dirs` (the leaderships',
+    losses' and deletions' directories): the share's leaderships, every loss and deletion."""
+    leaders_dir, losses_dir, deletions_dir = loss_dirs
+    return (
+        partition_tasks.read_share(leaders_dir, share, shares),
+        partition_tasks.read_all(losses_dir),
+        partition_tasks.read_all(deletions_dir),
+    )
+
+
+def sorted_intervals(table: Any) -> Any:
+    """The intervals of whole partitions' timeline rows (ROWS_DDL, in any order), as an Arrow
+    table of OUTPUT_DDL (empty when there are none)."""
+    import pyarrow as pa
+
+    found = intervals_of(partition_tasks.sorted_by(table, SORT_COLUMNS))
+    return pa.schema(_output_fields()).empty_table() if found is None else found
 
 
 def rows_schema() -> Any:

@@ -44,10 +44,16 @@ def read_share(rows_dir: str, share: int, shares: int, column: str = "partition"
     schema metadata (which would otherwise travel into the files the task writes and override
     their schema for Spark's reader). `schema`: the files' Arrow schema, when known (then an
     empty directory, as Spark writes an empty frame, reads as no rows rather than no columns)."""
-    import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
     table = ds.dataset(rows_dir, format="parquet", schema=schema).to_table().replace_schema_metadata(None)
+    return in_share(table, share, shares, column)
+
+
+def in_share(table: Any, share: int, shares: int, column: str = "partition") -> Any:
+    """The rows of `table` whose `column` is `share` modulo `shares` (read_share's rows)."""
+    import pyarrow.compute as pc
+
     # The number modulo `shares`, in [0, shares) for any number: Arrow's division truncates
     # toward zero, so a negative number's remainder is negative (abs() would overflow at the
     # least int64).

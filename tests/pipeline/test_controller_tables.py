@@ -143,6 +143,15 @@ def test_the_driver_gives_sparks_tables_for_the_hand_made_histories(
         assert (incident["elected_ts"], incident["converged_ts"], incident["brokers"]) == (7000, 7020, 3)
 
 
+def test_the_driver_gives_sparks_tables_for_a_history_without_elections(spark: Any, tmp_path: pathlib.Path) -> None:
+    """Brokers' records only (logs of the brokers alone): no tenures and no incidents, as Spark's."""
+    with HistoryWriter(tmp_path / "logs") as out:
+        out.record(1000, "broker-1", "broker.registered", broker_id=1, broker_epoch=1)
+        out.record(1500, "broker-1", "node.alive")
+    tables = _both(spark, tmp_path / "logs", tmp_path / "out", by_directory=False)
+    assert tables["driver"] == tables["spark"] == {"tenures": [], "incidents": []}
+
+
 def test_the_driver_gives_sparks_tables_for_random_elections(spark: Any, tmp_path: pathlib.Path) -> None:
     """Three random histories of two clusters each; the third read by Spark's JSON reader (its
     events files hold every column, the fast path's only their kind's)."""

@@ -95,8 +95,11 @@ def test_the_tasks_figures_give_what_sparks_scans_give(spark: Any, tmp_path: pat
     """A generated history with failovers and broker failures, analysed with the node figures
     from the tasks and from Spark's scans: the same summary, offline intervals and failover
     incidents. Then, to show the analysis reads the tasks' figures: every node time moved 1 ms
-    earlier moves the last signs of life with it, and a task total changed changes the summary."""
-    from controller_svc.analytics import arrow_ingest, ingest
+    earlier moves the last signs of life with it, and a task total changed changes the summary.
+    (The job reads the lost brokers' records from the events table's files first,
+    offline_files.py; the node times are for Spark's queries, which it falls back to, made to
+    here.)"""
+    from controller_svc.analytics import arrow_ingest, ingest, job
 
     logs = tmp_path / "logs"
     synthetic.generate(logs, 30_000, brokers=5, partitions=200, seed=11)
@@ -121,6 +124,7 @@ def test_the_tasks_figures_give_what_sparks_scans_give(spark: Any, tmp_path: pat
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ingest, "ingest", tampered)
+        patch.setattr(job, "_offline_files", lambda *args: False)
         moved = _analyze(spark, logs, tmp_path / "moved")
     assert moved.summary["events"] == in_tasks.summary["events"] + 1
     by_detection = {

@@ -103,7 +103,9 @@ def test_the_job_scans_its_timelines(spark: Any, tmp_path: pathlib.Path) -> None
     """A generated history analysed with the scan and with the windows: the same summary,
     offline intervals and failover incidents. The scan ran (and its intervals are the ones
     written: with its result emptied, the job finds none), so did record_search's tasks for the
-    lost brokers' last signs of life, and their working directories are gone afterwards."""
+    lost brokers' last signs of life, and their working directories are gone afterwards. (The
+    job reads the offline intervals from the events table's files first, offline_files.py; the
+    scan is what it falls back to, made to here.)"""
     from controller_svc.analytics import job, offline_scan, record_search
 
     logs = tmp_path / "logs"
@@ -126,6 +128,7 @@ def test_the_job_scans_its_timelines(spark: Any, tmp_path: pathlib.Path) -> None
         return real_search(*args)
 
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(job, "_offline_files", lambda *args: False)
         patch.setattr(offline_scan, "intervals", recording)
         patch.setattr(record_search, "answers", recording_search)
         scanned = runs.analyze(spark, logs, tmp_path / "scan", {job.SCAN_TIMELINES_CONF: True})
@@ -148,6 +151,7 @@ def test_the_job_scans_its_timelines(spark: Any, tmp_path: pathlib.Path) -> None
     assert not (tmp_path / "scan" / job.SCANS_DIR).exists()
 
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(job, "_offline_files", lambda *args: False)
         patch.setattr(offline_scan, "intervals", lambda rows, work_dir, *more: real(rows, work_dir, *more).limit(0))
         emptied = runs.analyze(spark, logs, tmp_path / "emptied", {job.SCAN_TIMELINES_CONF: True})
     assert emptied.summary["availability"]["offline_intervals"] == 0

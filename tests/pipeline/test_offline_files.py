@@ -1,0 +1,240 @@
+"""The offline intervals computed from the events table's files (offline_files.py) are Spark's
+(timelines.offline_intervals with its joins and windows), row for row and column for column: on
+the hand-made histories, on random timelines built to hit every rule (losses by a broker's
+death, bounce, failed log dir and the controller's leader -1; regains at, below and above the
+losses' epochs, by the leader's own broker or another node; deletions and recreated topics;
+registrations before and after a loss; brokers with and without node.alive, and names Spark
+reads no id from) in two clusters, and in the whole job, which uses them by default and falls
+back to Spark's queries when they fail."""
+
+from __future__ import annotations
+
+import json
+import logging
+import pathlib
+import random
+from typing import Any
+
+import pytest
+
+from controller_svc.analytics.synthetic import HistoryWriter
+from tests.pipeline import runs, scenarios
+
+pytestmark = pytest.mark.pipeline
+
+CONTROLLER = "controller-1"
+# Broker nodes as named in the logs, and the id Spark reads from each (None: not a broker; two
+# names for broker 4, both its signs of life).
+BROKER_NODES = {"broker-1": 1, "broker-2": 2, "broker-3": 3, "broker-04": 4, "broker-4": 4, "broker-x": None}
+TOPICS = ("a", "b")
+PARTITIONS = 3
+RUN_FIELDS = ("timings_s", "step_spans_s", "elapsed_s", "tables", "report")
+
+
+def _sorted_rows(frame: Any) -> list[dict[str, Any]]:
+    rows = [row.asDict(recursive=True) for row in frame.collect()]
+    return sorted(rows, key=lambda row: json.dumps(row, sort_keys=True))
+
+
+def _random_cluster(out: HistoryWriter, rng: random.Random, steps: int) -> None:
+    """One cluster's partitions changing leaders, losing them in every way, and deleted."""
+    ts = 1_000
+    ids = [broker for broker in BROKER_NODES.values() if broker is not None]
+    epochs: dict[tuple[str, int], int] = {}
+    for node in BROKER_NODES:
+        if rng.random() < 0.7:
+            out.record(ts, node, "broker.registered", broker_id=BROKER_NODES[node] or 9, broker_epoch=1)
+    for _ in range(steps):
+        # Several records in one millisecond now and then.
+        ts += rng.choice((0, 1, 3, 10, 50))
+        topic, partition = rng.choice(TOPICS), rng.randrange(PARTITIONS)
+        key = (topic, partition)
+        epoch = epochs.get(key, 0)
+        action = rng.random()
+        node = rng.choice(list(BROKER_NODES))
+        if action < 0.25:
+            epochs[key] = epoch = epoch + rng.choice((0, 1, 1, 2))
+            leader = rng.choice(ids)
+            scenarios._elected(out, ts, CONTROLLER, 1, topic, partition, leader, epoch, [leader], [], "offline")
+            # Applied by the leader's broker, mostly, at the election's epoch or another.
+            applier = f"broker-{leader}" if leader != 4 else "broker-04"
+            applier = applier if rng.random() < 0.8 else node
+            applied_epoch = epoch + rng.choice((0, 0, 0, -1, 1))
+            _role(out, ts + rng.randrange(5), applier, topic, partition, "leader", leader, applied_epoch)
+        elif action < 0.35:
+            scenarios._offline(out, ts, CONTROLLER, 1, topic, partition, epoch, [], prev_leader=1)
+        elif action < 0.5:
+            lost = rng.sample([*ids, None] if rng.random() < 0.1 else ids, rng.randrange(1, 3))
+            dead, bounced = (lost, []) if rng.random() < 0.5 else ([], lost)
+            if rng.random() < 0.2:
+                dead, bounced = lost, lost
+            out.record(ts, CONTROLLER, "broker.change", new=[], dead=dead, bounced=bounced, controller_epoch=1)
+        elif action < 0.58:
+            out.record(ts, node, "broker.registered", broker_id=BROKER_NODES[node] or 9, broker_epoch=ts)
+        elif action < 0.75:
+            out.record(ts, node, "node.alive")
+        elif action < 0.85:
+            leader = BROKER_NODES[node] if rng.random() < 0.7 else rng.choice(ids)
+            reason = rng.choice(("log_dir_failure", "log_dir_failure", "deletion"))
+            _role(out, ts, node, topic, partition, "stopped", leader or 1, epoch, reason)
+        elif action < 0.9:
+            out.record(ts, CONTROLLER, "topic.deleted", topic=topic, controller_epoch=1)
+            for partition_number in range(PARTITIONS):
+                epochs.pop((topic, partition_number), None)
+        else:
+            _role(out, ts, node, topic, partition, "follower", rng.choice(ids), epoch)
+
+
+def _role(
+    out: HistoryWriter,
+    ts: int,
+    node: str,
+    topic: str,
+    partition: int,
+    role: str,
+    leader: int,
+    leader_epoch: int,
+    reason: str | None = None,
+) -> None:
+    out.record(
+        ts,
+        node,
+        "partition.role_changed",
+        topic=topic,
+        partition=partition,
+        role=role,
+        leader=leader,
+        leader_epoch=leader_epoch,
+        isr=[],
+        controller_epoch=1,
+        **({} if reason is None else {"reason": reason}),
+    )
+
+
+def _random_history(directory: pathlib.Path, seed: int) -> None:
+    rng = random.Random(seed)
+    for cluster in ("east", "west"):
+        out = HistoryWriter(directory / cluster)
+        _random_cluster(out, rng, 400)
+        out.close()
+
+
+def _both(spark: Any, logs: pathlib.Path, out: pathlib.Path, by_directory: bool) -> dict[str, Any]:
+    """Spark's offline intervals and offline_files', sorted rows, for the history in `logs`."""
+    from controller_svc.analytics import controller_tables, ingest, leadership_scan, offline_files, timelines
+    from controller_svc.analytics.ingest import ClusterBy
+
+    cluster_by = ClusterBy("dir" if by_directory else "none")
+    ingest.ingest(spark, [str(logs)], str(out))
+    events = ingest.events(spark, str(out), cluster_by)
+    held = timelines.HeldFrames()
+    leaders = leadership_scan.leadership(
+        timelines.leader_changes(events), str(out / "leadership_work"), str(out / "leadership")
+    )
+    by_spark = timelines.offline_intervals(events, leaders, held)
+    spark_rows = _sorted_rows(by_spark)
+    liveness = [(row["cluster"], row["node"]) for row in timelines.writers_of_liveness(events).collect()]
+    files = controller_tables.events_files(str(out), cluster_by, ingest.file_rows(spark, str(out)))
+    leaders_dir = str(out / "leadership_work" / leadership_scan.TIMELINE_DIR)
+    written = offline_files.write(spark, files, liveness, leaders_dir, str(out / "work"), str(out / "t"))
+    held.release()
+    read = spark.read.parquet(str(out / "t"))
+    # The same columns, named and typed as Spark's, in the same order.
+    assert [(f.name, f.dataType.simpleString()) for f in read.schema] == [
+        (f.name, f.dataType.simpleString()) for f in by_spark.schema
+    ]
+    files_rows = _sorted_rows(read)
+    assert written == len(files_rows)
+    assert (out / "t" / offline_files.SUCCESS_MARKER).exists()
+    return {"spark": spark_rows, "files": files_rows}
+
+
+@pytest.mark.parametrize("scenario", ["edge_cases", "overlapping_losses", "clean_failover", "log_dir_failure"])
+def test_the_files_give_sparks_intervals_for_the_hand_made_histories(
+    spark: Any, tmp_path: pathlib.Path, scenario: str
+) -> None:
+    getattr(scenarios, scenario)(tmp_path / "logs")
+    tables = _both(spark, tmp_path / "logs", tmp_path / "out", by_directory=False)
+    assert tables["files"] == tables["spark"]
+    if scenario == "overlapping_losses":
+        # The hand-worked answer (scenarios.overlapping_losses).
+        assert sorted(
+            (row["partition"], row["start_ts"], row["end_ts"], row["detected_ts"]) for row in tables["files"]
+        ) == [
+            (0, 2400, 9005, 3000),
+            (1, 2900, None, 3000),
+            (2, 2900, 3004, 3000),
+        ]
+
+
+def test_the_files_give_sparks_intervals_for_random_timelines(spark: Any, tmp_path: pathlib.Path) -> None:
+    """Three random histories of two clusters each; the third read by Spark's JSON reader (its
+    events files hold every column, the fast path's only their kind's)."""
+    from controller_svc.analytics import ingest
+
+    intervals: list[dict[str, Any]] = []
+    for seed in (1, 2, 3):
+        _random_history(tmp_path / f"logs-{seed}", seed)
+        spark.conf.set(ingest.FAST_PATH_CONF, "false" if seed == 3 else "true")
+        try:
+            tables = _both(spark, tmp_path / f"logs-{seed}", tmp_path / f"out-{seed}", by_directory=True)
+        finally:
+            spark.conf.unset(ingest.FAST_PATH_CONF)
+        assert tables["files"] == tables["spark"], seed
+        intervals += tables["spark"]
+    # Two clusters, named by their directories, and every rule was met somewhere.
+    assert {row["cluster"].rsplit("/", 1)[-1] for row in intervals} == {"east", "west"}
+    assert {row["cause"] for row in intervals} == {
+        "broker_deregistered",
+        "broker_bounced",
+        "leader_log_dir_failed",
+        "leader_set_to_none",
+    }
+    assert {row["end_cause"] for row in intervals} == {"leader_applied", "topic_deleted", None}
+    # A last sign of life before the loss was seen, and losses without one.
+    assert any(row["detection_ms"] is not None and row["detection_ms"] > 0 for row in intervals)
+    assert any(row["detection_ms"] == 0 for row in intervals)
+
+
+def test_the_job_writes_the_offline_intervals_from_the_files_and_falls_back_to_spark(
+    spark: Any, tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The job with its scans on writes the table from the files: no offline_scan rows written
+    by Spark, no search for the lost brokers' last signs of life, the same table and summary as
+    Spark's queries give (scans off). When that fails, it is logged and Spark writes them."""
+    from controller_svc.analytics import job, offline_files, offline_scan, record_search
+
+    _random_history(tmp_path / "logs", 4)
+    real_write = offline_files.write
+    written: list[str] = []
+    spark_paths: list[str] = []
+
+    def recording(*args: Any) -> Any:
+        written.append(pathlib.Path(args[-1]).name)
+        return real_write(*args)
+
+    caplog.set_level(logging.WARNING, logger="analytics")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(offline_files, "write", recording)
+        patch.setattr(offline_scan, "intervals", lambda *args: spark_paths.append("scan") or 1 // 0)
+        patch.setattr(record_search, "answers", lambda *args: spark_paths.append(str(args[5])) or 1 // 0)
+        from_files = runs.analyze(spark, tmp_path / "logs", tmp_path / "files", {job.SCAN_TIMELINES_CONF: True})
+    assert written == ["offline_intervals"] and spark_paths == []
+    assert "could not be computed from the files" not in caplog.text
+    assert not (tmp_path / "files" / job.SCANS_DIR).exists()
+    by_spark = runs.analyze(spark, tmp_path / "logs", tmp_path / "spark", {job.SCAN_TIMELINES_CONF: False})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(offline_files, "_task", lambda args: 1 // 0)
+        fell_back = runs.analyze(spark, tmp_path / "logs", tmp_path / "fell_back", {job.SCAN_TIMELINES_CONF: True})
+    assert "could not be computed from the files" in caplog.text
+
+    def history(outcome: Any) -> dict[str, Any]:
+        return {k: v for k, v in outcome.summary.items() if k not in RUN_FIELDS}
+
+    assert history(from_files) == history(by_spark) == history(fell_back)
+    assert from_files.summary["availability"]["offline_intervals"] > 0
+    assert "offline_intervals" in from_files.summary["timings_s"]
+    expected = _sorted_rows(spark.read.parquet(str(tmp_path / "spark" / "offline_intervals")))
+    assert expected
+    for run in ("files", "fell_back"):
+        assert _sorted_rows(spark.read.parquet(str(tmp_path / run / "offline_intervals"))) == expected
