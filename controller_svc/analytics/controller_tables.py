@@ -22,26 +22,15 @@ otherwise, or when this fails.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from controller_svc.analytics import leadership_scan, partition_tasks
-from controller_svc.analytics.ingest import ClusterBy
+from controller_svc.analytics.events_files import BROKER_PREFIX, CONTROLLER_PREFIX, EventsFiles, has_role, node_id
 
-# Where ingest.write puts the usable records: one directory per kind (ingest's partitionBy).
-USABLE_DIR = "status=ok"
-# The node-name prefixes of contract 5's roles (timelines._named_as).
-CONTROLLER_PREFIX, BROKER_PREFIX = "controller-", "broker-"
 UPDATE_METADATA = "UpdateMetadata"
-# Spark's cast of a string to a long trims these (UTF8String.trimAll) and takes an optional sign
-# and ASCII digits only; anything else (a decimal point, an exponent, other digits) is null.
-_SPARK_TRIMMED = "".join(chr(code) for code in range(0x21))
-_SPARK_LONG = re.compile(r"[+-]?[0-9]+")
-_LONG_RANGE = (-(2**63), 2**63 - 1)
 Value = TypeVar("Value")
 
 
@@ -90,95 +79,6 @@ def incidents_schema() -> Any:
             pa.field("brokers_not_applied", pa.list_(pa.field("element", pa.int64(), nullable=False)), nullable=False),
         ]
     )
-
-
-def node_id(node: str | None) -> int | None:
-    """ingest._node_id in Python: the name's part after its last '-' (the whole name without
-    one) as Spark's try_cast to a long reads it."""
-    if node is None:
-        return None
-    text = node.rsplit("-", 1)[-1].strip(_SPARK_TRIMMED)
-    if not _SPARK_LONG.fullmatch(text):
-        return None
-    value = int(text)
-    return value if _LONG_RANGE[0] <= value <= _LONG_RANGE[1] else None
-
-
-def has_role(node: str | None, role: str) -> bool:
-    """timelines.of_role's test in Python: named as a `role` node (controller-N, broker-N) with
-    an id (ingest._node_role)."""
-    return node is not None and node.startswith(f"{role}-") and node_id(node) is not None
-
-
-@dataclasses.dataclass(frozen=True)
-class EventsFiles:
-    """The events table's usable records in a local directory, and each file's cluster
-    (ClusterBy.attach): `clusters` maps a file_id to its cluster, None for one cluster."""
-
-    events_dir: str
-    clusters: Mapping[int, str | None] | None
-
-    def cluster(self, file_id: int | None) -> str | None:
-        if self.clusters is None:
-            return "default"
-        return None if file_id is None else self.clusters.get(file_id)
-
-    def read(
-        self,
-        kind: str | None,
-        columns: Mapping[str, Any],
-        node_prefix: str | None = None,
-        nodes: Sequence[str] | None = None,
-    ) -> Any:
-        """The records of `kind` (every kind: None) with `columns` (name: Arrow type; file_id,
-        block and mid are there too) and a `cluster` column; a column a kind's files lack is
-        null, as Spark's reader with the table's schema gives it. `node_prefix`: only nodes
-        named so, which the files' statistics of `node` mostly decide (a fast file holds one
-        node); `nodes`: only these nodes (`node` must be among `columns`), decided so too."""
-        import pyarrow as pa
-        import pyarrow.dataset as ds
-
-        fields = {**columns, "file_id": pa.int32(), "block": pa.int64(), "mid": pa.int64()}
-        wanted = pa.schema([pa.field(name, kind_type) for name, kind_type in fields.items()])
-        directory = os.path.join(self.events_dir, USABLE_DIR)
-        if kind is not None:
-            directory = os.path.join(directory, f"kind_group={kind}")
-        if not os.path.isdir(directory):
-            return _with_column(wanted.empty_table(), "cluster", pa.array([], pa.string()))
-        found = ds.dataset(directory, format="parquet", schema=wanted)
-        condition = None
-        if node_prefix is not None:
-            # starts_with as a range, which Parquet's statistics can decide: '-' + 1 is '.'.
-            after = node_prefix[:-1] + chr(ord(node_prefix[-1]) + 1)
-            condition = (ds.field("node") >= node_prefix) & (ds.field("node") < after)
-        if nodes is not None:
-            named = ds.field("node").isin(sorted(nodes))
-            condition = named if condition is None else condition & named
-        table = found.to_table(filter=condition).replace_schema_metadata(None)
-        return _with_column(table, "cluster", self._clusters_of(table["file_id"]))
-
-    def _clusters_of(self, file_ids: Any) -> Any:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        if self.clusters is None:
-            return pa.repeat(pa.scalar("default", pa.string()), len(file_ids))
-        ids = sorted(self.clusters)
-        names = pa.array([self.clusters[file_id] for file_id in ids], pa.string())
-        return names.take(pc.index_in(file_ids, value_set=pa.array(ids, pa.int32())))
-
-
-def _with_column(table: Any, name: str, values: Any) -> Any:
-    return table.append_column(name, values)
-
-
-def events_files(out: str, cluster_by: ClusterBy, file_rows: Sequence[tuple[int, str]]) -> EventsFiles:
-    """The events table of the job writing to the local directory `out`, its records clustered
-    by `cluster_by` (`file_rows`: the files table's rows, ingest.file_rows)."""
-    if cluster_by.mode != "dir":
-        return EventsFiles(os.path.join(out, "events"), None)
-    clusters = {file_id: cluster_by.of_file(name) for file_id, name in file_rows}
-    return EventsFiles(os.path.join(out, "events"), clusters)
 
 
 # --- what the tables are computed from ------------------------------------------------------

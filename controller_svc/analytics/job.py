@@ -36,6 +36,7 @@ from pyspark.sql import functions as F
 from controller_svc.analytics import (
     census,
     controller_tables,
+    events_files,
     ingest,
     invariants,
     leadership_scan,
@@ -231,7 +232,9 @@ def analyze(
         # table is read back from its Parquet files, not from their lineage).
         held = timelines.HeldFrames()
         try:
-            leaders, leaders_dir = _leadership(events, out, clock, held, scans_dir)
+            leaders, leaders_dir = _leadership(
+                events, out, clock, held, scans_dir, lambda: _local_events_files(out, cluster_by, file_rows)
+            )
             if (
                 scans_dir is not None
                 and leaders_dir is not None
@@ -451,12 +454,18 @@ def analyze(
 
 
 def _leadership(
-    events: DataFrame, out: str, clock: StepClock, held: timelines.HeldFrames, scans_dir: str | None
+    events: DataFrame,
+    out: str,
+    clock: StepClock,
+    held: timelines.HeldFrames,
+    scans_dir: str | None,
+    files: Callable[[], events_files.EventsFiles] | None = None,
 ) -> tuple[DataFrame, str | None]:
     """Step leadership: writes the table and returns the timeline the offline intervals read,
     held (cached or its files kept) until `held` is released, and the local directory of its
-    files, if it is read from files. By leadership_scan's tasks when `scans_dir` is given, else
-    (or when they fail) by Spark's window."""
+    files, if it is read from files. By leadership_scan's tasks when `scans_dir` is given: from
+    the events table's local `files`, else (or when they fail) from what Spark writes of the
+    changes; else (or when they fail) by Spark's window."""
     changes = timelines.leader_changes(events)
     if scans_dir is not None:
         table_dir = census.local_path(f"{out}/leadership")
@@ -464,6 +473,16 @@ def _leadership(
         work_dir = os.path.join(scans_dir, "leadership")
         held.remove(work_dir)
         with clock.step("leadership"):
+            try:
+                assert files is not None  # _scans_dir: OUTDIR is local
+                timeline = leadership_scan.leadership_from_files(
+                    events.sparkSession, files(), work_dir, os.path.abspath(table_dir)
+                )
+                return timeline, os.path.join(work_dir, leadership_scan.TIMELINE_DIR)
+            except Exception as e:
+                # As for the controllers' tables: never a reason to fail the job; the scan of
+                # what Spark writes of the changes gives the same table.
+                log.warning("the leadership could not be computed from the files; Spark's rows are scanned: %r", e)
             try:
                 timeline = leadership_scan.leadership(changes, work_dir, os.path.abspath(table_dir))
                 return timeline, os.path.join(work_dir, leadership_scan.TIMELINE_DIR)
@@ -491,9 +510,8 @@ def _controller_tables(
     liveness = [(name, node) for name, seen in per_cluster.items() for node in seen["liveness"]]
     with clock.step("controller_tables"):
         try:
-            files = controller_tables.events_files(local_out, cluster_by, file_rows)
             controller_tables.write(
-                files,
+                _local_events_files(out, cluster_by, file_rows),
                 liveness,
                 os.path.join(local_out, "controller_tenures"),
                 os.path.join(local_out, "failover_incidents"),
@@ -504,6 +522,16 @@ def _controller_tables(
             # here, Spark's queries compute the same tables from the same records.
             log.warning("the controllers' tables could not be computed in the driver; Spark computes them: %r", e)
             return False
+
+
+def _local_events_files(
+    out: str, cluster_by: ClusterBy, file_rows: Sequence[tuple[int, str]]
+) -> events_files.EventsFiles:
+    """The events table in the local directory `out` (_scans_dir: only then), as its readers
+    in Python read it."""
+    local_out = census.local_path(out)
+    assert local_out is not None  # _scans_dir: OUTDIR is local
+    return events_files.events_files(local_out, cluster_by, file_rows)
 
 
 def _offline_files(
@@ -528,7 +556,7 @@ def _offline_files(
         try:
             offline_files.write(
                 spark,
-                controller_tables.events_files(local_out, cluster_by, file_rows),
+                _local_events_files(out, cluster_by, file_rows),
                 liveness,
                 leaders_dir,
                 work_dir,

@@ -19,9 +19,10 @@ import os
 import shutil
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from controller_svc.analytics import partition_tasks
+from controller_svc.analytics.events_files import EventsFiles
 
 # The window's order within a partition.
 SORT_COLUMNS = ("partition", "topic", "cluster", "ts", "leader_epoch", "file_id", "block", "mid")
@@ -45,13 +46,32 @@ def leadership(changes: DataFrame, work_dir: str, table_dir: str) -> DataFrame:
     timeline the offline intervals read (TIMELINE_DDL). `work_dir`: a local directory of the
     job's own, which must stay until the returned frame has been read (the caller removes it)."""
     spark = changes.sparkSession
-    rows_dir, timeline_dir = os.path.join(work_dir, ROWS_DIR), os.path.join(work_dir, TIMELINE_DIR)
+    rows_dir, timeline_dir = os.path.join(work_dir, ROWS_DIR), _prepared(work_dir, table_dir)
+    changes.write.parquet(rows_dir)
+    partition_tasks.run(spark, _scan_task, rows_dir, timeline_dir, table_dir)
+    return _written(spark, timeline_dir, table_dir)
+
+
+def leadership_from_files(spark: SparkSession, files: EventsFiles, work_dir: str, table_dir: str) -> DataFrame:
+    """leadership() of the changes in the events table's local files (`files`), which the
+    tasks read themselves (changes_of_share) rather than what Spark selects and writes of them:
+    no Spark query (at 1M events that write was a stage of 1 s in a new process)."""
+    timeline_dir = _prepared(work_dir, table_dir)
+    partition_tasks.run(spark, _files_task, files, timeline_dir, table_dir)
+    return _written(spark, timeline_dir, table_dir)
+
+
+def _prepared(work_dir: str, table_dir: str) -> str:
+    """Empties the working and table directories and returns the timeline's directory."""
+    timeline_dir = os.path.join(work_dir, TIMELINE_DIR)
     shutil.rmtree(work_dir, ignore_errors=True)
     shutil.rmtree(table_dir, ignore_errors=True)
     os.makedirs(timeline_dir)
     os.makedirs(table_dir)
-    changes.write.parquet(rows_dir)
-    partition_tasks.run(spark, _scan_task, rows_dir, timeline_dir, table_dir)
+    return timeline_dir
+
+
+def _written(spark: SparkSession, timeline_dir: str, table_dir: str) -> DataFrame:
     # As Spark's writer marks a table written whole.
     with open(os.path.join(table_dir, SUCCESS_MARKER), "w", encoding="utf-8"):
         pass
@@ -62,13 +82,71 @@ def _scan_task(args: tuple[Any, ...]) -> int:
     return scan_share(*args)
 
 
-def scan_share(rows_dir: str, timeline_dir: str, table_dir: str, share: int, shares: int) -> int:
-    """One task: the partitions whose number is `share` modulo `shares`, in the window's order,
-    with their neighbours' columns; writes its part of the table (zstd, as Spark's writer in
-    session.build) and of the timeline, each a file even when empty, and returns its rows."""
-    table = with_neighbours(
-        partition_tasks.sorted_by(partition_tasks.read_share(rows_dir, share, shares), SORT_COLUMNS)
+def _files_task(args: tuple[Any, ...]) -> int:
+    files, timeline_dir, table_dir, share, shares = args
+    return write_share(changes_of_share(files, share, shares), timeline_dir, table_dir, share)
+
+
+def changes_of_share(files: EventsFiles, share: int, shares: int) -> Any:
+    """The leader changes (timelines.leader_changes' columns, in its order) of the partitions
+    whose number is `share` modulo `shares`: the controllers' elections, and their leader -1
+    (partition.offline, its leader -1 when the record has none)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    longs = {name: pa.int64() for name in ("partition", "ts", "controller_epoch", "leader", "leader_epoch")}
+    isr = pa.list_(pa.int64())
+    elected = partition_tasks.in_share(
+        files.read(
+            "partition.leader_elected",
+            {
+                "topic": pa.string(),
+                **longs,
+                "isr": isr,
+                "prev_isr": isr,
+                "strategy": pa.string(),
+                "unclean": pa.bool_(),
+            },
+        ),
+        share,
+        shares,
     )
+    offline = partition_tasks.in_share(
+        files.read("partition.offline", {"topic": pa.string(), **longs, "isr": isr}), share, shares
+    )
+    count = offline.num_rows
+    offline = (
+        offline.set_column(
+            offline.schema.get_field_index("leader"),
+            "leader",
+            pc.fill_null(offline["leader"], pa.scalar(-1, pa.int64())),
+        )
+        .append_column("prev_isr", pa.nulls(count, isr))
+        .append_column("strategy", pa.nulls(count, pa.string()))
+        .append_column("unclean", pa.nulls(count, pa.bool_()))
+    )
+    columns = [
+        *("cluster", "topic", "partition", "ts", "file_id", "block", "mid", "controller_epoch"),
+        *("leader", "leader_epoch", "isr", "prev_isr", "strategy", "unclean"),
+    ]
+
+    def changes(table: Any, change: str) -> Any:
+        chosen = table.select(columns)
+        return chosen.append_column("change", pa.repeat(pa.scalar(change, pa.string()), chosen.num_rows))
+
+    return pa.concat_tables([changes(elected, "elected"), changes(offline, "offline")])
+
+
+def scan_share(rows_dir: str, timeline_dir: str, table_dir: str, share: int, shares: int) -> int:
+    """One task: the partitions whose number is `share` modulo `shares` (write_share)."""
+    return write_share(partition_tasks.read_share(rows_dir, share, shares), timeline_dir, table_dir, share)
+
+
+def write_share(changes: Any, timeline_dir: str, table_dir: str, share: int) -> int:
+    """A share's whole partitions' changes in the window's order, with their neighbours'
+    columns; writes its part of the table (zstd, as Spark's writer in session.build) and of the
+    timeline, each a file even when empty, and returns its rows."""
+    table = with_neighbours(partition_tasks.sorted_by(changes, SORT_COLUMNS))
     partition_tasks.write_part(table.drop_columns(list(TABLE_DROPS)), table_dir, share, compression="zstd")
     timeline = table.select(["cluster", "topic", "partition", "leader", "leader_epoch", "from_pos", "until_pos"])
     partition_tasks.write_part(timeline, timeline_dir, share)

@@ -27,7 +27,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from controller_svc.analytics import offline_scan, partition_tasks
-from controller_svc.analytics.controller_tables import BROKER_PREFIX, EventsFiles, has_role, node_id
+from controller_svc.analytics.events_files import BROKER_PREFIX, EventsFiles, has_role, node_id
 
 LOSSES_DIR, DELETIONS_DIR = "losses", "deletions"
 SUCCESS_MARKER = "_SUCCESS"

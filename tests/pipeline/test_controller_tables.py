@@ -102,7 +102,7 @@ def _both(spark: Any, logs: pathlib.Path, out: pathlib.Path, by_directory: bool)
     """Spark's tables and the driver's, sorted rows, for the history in `logs`."""
     from pyspark.sql import functions as F
 
-    from controller_svc.analytics import controller_tables, ingest, timelines
+    from controller_svc.analytics import controller_tables, events_files, ingest, timelines
     from controller_svc.analytics.ingest import ClusterBy
 
     ingest.ingest(spark, [str(logs)], str(out))
@@ -113,7 +113,7 @@ def _both(spark: Any, logs: pathlib.Path, out: pathlib.Path, by_directory: bool)
     by_spark = {"tenures": _sorted_rows(tenures), "incidents": _sorted_rows(incidents)}
     held.release()
     liveness = [(row["cluster"], row["node"]) for row in timelines.writers_of_liveness(events).collect()]
-    files = controller_tables.events_files(
+    files = events_files.events_files(
         str(out), ClusterBy("dir" if by_directory else "none"), ingest.file_rows(spark, str(out))
     )
     written = controller_tables.write(files, liveness, str(out / "t"), str(out / "i"))
@@ -185,8 +185,8 @@ def test_the_driver_gives_sparks_tables_for_random_elections(spark: Any, tmp_pat
 
 
 def test_node_ids_are_read_as_sparks_cast_reads_them(spark: Any) -> None:
-    """controller_tables.node_id and has_role against ingest.with_node_columns."""
-    from controller_svc.analytics import controller_tables, ingest
+    """events_files.node_id and has_role against ingest.with_node_columns."""
+    from controller_svc.analytics import events_files, ingest
 
     names = [
         "controller-12",
@@ -210,9 +210,9 @@ def test_node_ids_are_read_as_sparks_cast_reads_them(spark: Any) -> None:
     ]
     frame = ingest.with_node_columns(spark.createDataFrame([(name,) for name in names], "node string"))
     for row in frame.collect():
-        assert controller_tables.node_id(row["node"]) == row["node_id"], row["node"]
+        assert events_files.node_id(row["node"]) == row["node_id"], row["node"]
         for role in ("controller", "broker"):
-            assert controller_tables.has_role(row["node"], role) == (row["node_role"] == role), row["node"]
+            assert events_files.has_role(row["node"], role) == (row["node_role"] == role), row["node"]
 
 
 def test_the_job_writes_the_controllers_tables_in_the_driver_and_falls_back_to_spark(

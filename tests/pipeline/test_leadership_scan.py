@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from controller_svc.analytics import synthetic
-from tests.pipeline import runs
+from tests.pipeline import random_partitions, runs, scenarios
 
 pytestmark = pytest.mark.pipeline
 
@@ -106,6 +106,51 @@ def test_no_changes_make_an_empty_table(spark: Any, tmp_path: pathlib.Path) -> N
     assert table.schema.simpleString() == expected.schema.simpleString()
 
 
+def _from_files_and_window(spark: Any, logs: pathlib.Path, out: pathlib.Path, by_directory: bool) -> None:
+    """The leadership table and timeline from the events table's files (leadership_from_files)
+    are the window's (leadership_by_window of leader_changes), for the history in `logs`."""
+    from controller_svc.analytics import events_files, ingest, leadership_scan, timelines
+    from controller_svc.analytics.ingest import ClusterBy
+
+    cluster_by = ClusterBy("dir" if by_directory else "none")
+    ingest.ingest(spark, [str(logs)], str(out))
+    events = ingest.events(spark, str(out), cluster_by)
+    files = events_files.events_files(str(out), cluster_by, ingest.file_rows(spark, str(out)))
+    timeline = leadership_scan.leadership_from_files(spark, files, str(out / "work"), str(out / "leadership"))
+    by_window = timelines.leadership_by_window(timelines.leader_changes(events))
+    table = spark.read.parquet(str(out / "leadership"))
+    expected = by_window.drop(*leadership_scan.TABLE_DROPS)
+    assert table.schema.simpleString() == expected.schema.simpleString()
+    rows = _sorted_rows(table)
+    assert rows and rows == _sorted_rows(expected)
+    columns = ["cluster", "topic", "partition", "leader", "leader_epoch", "from_pos", "until_pos"]
+    assert _sorted_rows(timeline) == _sorted_rows(by_window.select(*columns))
+    assert (out / "leadership" / leadership_scan.SUCCESS_MARKER).exists()
+
+
+@pytest.mark.parametrize("scenario", ["edge_cases", "overlapping_losses", "violations"])
+def test_the_files_give_the_windows_leadership_for_the_hand_made_histories(
+    spark: Any, tmp_path: pathlib.Path, scenario: str
+) -> None:
+    getattr(scenarios, scenario)(tmp_path / "logs")
+    _from_files_and_window(spark, tmp_path / "logs", tmp_path / "out", by_directory=False)
+
+
+def test_the_files_give_the_windows_leadership_for_random_histories(spark: Any, tmp_path: pathlib.Path) -> None:
+    """Two random histories of two clusters each (elections of every strategy, clean and
+    unclean, leader -1 with and without its leader field, deletions); the second read by
+    Spark's JSON reader (its events files hold every column, the fast path's only their kind's)."""
+    from controller_svc.analytics import ingest
+
+    for seed in (1, 2):
+        random_partitions.history(tmp_path / f"logs-{seed}", seed)
+        spark.conf.set(ingest.FAST_PATH_CONF, "false" if seed == 2 else "true")
+        try:
+            _from_files_and_window(spark, tmp_path / f"logs-{seed}", tmp_path / f"out-{seed}", by_directory=True)
+        finally:
+            spark.conf.unset(ingest.FAST_PATH_CONF)
+
+
 def _history(outcome: Any) -> dict[str, Any]:
     return {
         name: value
@@ -116,21 +161,23 @@ def _history(outcome: Any) -> dict[str, Any]:
 
 def test_the_job_scans_its_leadership(spark: Any, tmp_path: pathlib.Path) -> None:
     """A generated history analysed with the scan and with the window: the same summary, the
-    same leadership and offline intervals tables. The table is the scan's (its tasks' files),
-    and the working directory is gone afterwards."""
+    same leadership and offline intervals tables. The table is the scan's (its tasks' files,
+    which read the events table's files themselves: Spark writes no rows for them), and the
+    working directory is gone afterwards."""
     from controller_svc.analytics import job, leadership_scan
 
     logs = tmp_path / "logs"
     synthetic.generate(logs, 30_000, brokers=5, partitions=200, seed=7)
-    real = leadership_scan.leadership
+    real = leadership_scan.leadership_from_files
     calls: list[tuple[str, str]] = []
 
-    def recording(changes: Any, work_dir: str, table_dir: str) -> Any:
+    def recording(spark_session: Any, files: Any, work_dir: str, table_dir: str) -> Any:
         calls.append((work_dir, table_dir))
-        return real(changes, work_dir, table_dir)
+        return real(spark_session, files, work_dir, table_dir)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(leadership_scan, "leadership", recording)
+        patch.setattr(leadership_scan, "leadership_from_files", recording)
+        patch.setattr(leadership_scan, "leadership", lambda *args: 1 // 0)
         scanned = runs.analyze(spark, logs, tmp_path / "scan", {job.SCAN_TIMELINES_CONF: True})
         assert calls == [
             (str((tmp_path / "scan" / job.SCANS_DIR / "leadership").resolve()), str(tmp_path / "scan" / "leadership"))
@@ -154,22 +201,31 @@ def test_the_job_scans_its_leadership(spark: Any, tmp_path: pathlib.Path) -> Non
 def test_failed_scan_tasks_leave_the_leadership_to_the_window(
     spark: Any, tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A task that fails (here: raises) is logged; the window writes the same table over
-    whatever the tasks wrote, and the offline intervals are the same."""
+    """A task that fails (here: raises) is logged. When the tasks reading the events table's
+    files fail, the scan of what Spark writes of the changes gives the table; when those fail
+    too, the window writes the same table over whatever the tasks wrote. The offline intervals
+    are the same each time."""
     from controller_svc.analytics import job, leadership_scan
 
     logs = tmp_path / "logs"
     synthetic.generate(logs, 5_000, brokers=3, partitions=30, seed=3)
     caplog.set_level(logging.WARNING, logger="analytics")
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(leadership_scan, "_files_task", lambda args: 1 // 0)
+        scanned = runs.analyze(spark, logs, tmp_path / "scanned", {job.SCAN_TIMELINES_CONF: True})
+    assert "the leadership could not be computed from the files" in caplog.text
+    assert "leadership's scan failed" not in caplog.text
+    assert len(list((tmp_path / "scanned" / "leadership").glob("part-0000?.parquet"))) == 2
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(leadership_scan, "_files_task", lambda args: 1 // 0)
         patch.setattr(leadership_scan, "_scan_task", lambda args: 1 // 0)
         failed = runs.analyze(spark, logs, tmp_path / "failed", {job.SCAN_TIMELINES_CONF: True})
     assert "leadership's scan failed" in caplog.text
     by_window = runs.analyze(spark, logs, tmp_path / "window", {job.SCAN_TIMELINES_CONF: False})
-    assert _history(failed) == _history(by_window)
+    assert _history(failed) == _history(by_window) == _history(scanned)
     for table in ("leadership", "offline_intervals"):
-        assert _sorted_rows(spark.read.parquet(str(tmp_path / "failed" / table))) == _sorted_rows(
-            spark.read.parquet(str(tmp_path / "window" / table))
-        )
+        expected = _sorted_rows(spark.read.parquet(str(tmp_path / "window" / table)))
+        assert _sorted_rows(spark.read.parquet(str(tmp_path / "failed" / table))) == expected
+        assert _sorted_rows(spark.read.parquet(str(tmp_path / "scanned" / table))) == expected
     assert not list((tmp_path / "failed" / "leadership").glob("part-0000?.parquet"))
     assert not (tmp_path / "failed" / job.SCANS_DIR).exists()

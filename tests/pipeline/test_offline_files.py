@@ -12,22 +12,14 @@ from __future__ import annotations
 import json
 import logging
 import pathlib
-import random
 from typing import Any
 
 import pytest
 
-from controller_svc.analytics.synthetic import HistoryWriter
-from tests.pipeline import runs, scenarios
+from tests.pipeline import random_partitions, runs, scenarios
 
 pytestmark = pytest.mark.pipeline
 
-CONTROLLER = "controller-1"
-# Broker nodes as named in the logs, and the id Spark reads from each (None: not a broker; two
-# names for broker 4, both its signs of life).
-BROKER_NODES = {"broker-1": 1, "broker-2": 2, "broker-3": 3, "broker-04": 4, "broker-4": 4, "broker-x": None}
-TOPICS = ("a", "b")
-PARTITIONS = 3
 RUN_FIELDS = ("timings_s", "step_spans_s", "elapsed_s", "tables", "report")
 
 
@@ -36,92 +28,9 @@ def _sorted_rows(frame: Any) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: json.dumps(row, sort_keys=True))
 
 
-def _random_cluster(out: HistoryWriter, rng: random.Random, steps: int) -> None:
-    """One cluster's partitions changing leaders, losing them in every way, and deleted."""
-    ts = 1_000
-    ids = [broker for broker in BROKER_NODES.values() if broker is not None]
-    epochs: dict[tuple[str, int], int] = {}
-    for node in BROKER_NODES:
-        if rng.random() < 0.7:
-            out.record(ts, node, "broker.registered", broker_id=BROKER_NODES[node] or 9, broker_epoch=1)
-    for _ in range(steps):
-        # Several records in one millisecond now and then.
-        ts += rng.choice((0, 1, 3, 10, 50))
-        topic, partition = rng.choice(TOPICS), rng.randrange(PARTITIONS)
-        key = (topic, partition)
-        epoch = epochs.get(key, 0)
-        action = rng.random()
-        node = rng.choice(list(BROKER_NODES))
-        if action < 0.25:
-            epochs[key] = epoch = epoch + rng.choice((0, 1, 1, 2))
-            leader = rng.choice(ids)
-            scenarios._elected(out, ts, CONTROLLER, 1, topic, partition, leader, epoch, [leader], [], "offline")
-            # Applied by the leader's broker, mostly, at the election's epoch or another.
-            applier = f"broker-{leader}" if leader != 4 else "broker-04"
-            applier = applier if rng.random() < 0.8 else node
-            applied_epoch = epoch + rng.choice((0, 0, 0, -1, 1))
-            _role(out, ts + rng.randrange(5), applier, topic, partition, "leader", leader, applied_epoch)
-        elif action < 0.35:
-            scenarios._offline(out, ts, CONTROLLER, 1, topic, partition, epoch, [], prev_leader=1)
-        elif action < 0.5:
-            lost = rng.sample([*ids, None] if rng.random() < 0.1 else ids, rng.randrange(1, 3))
-            dead, bounced = (lost, []) if rng.random() < 0.5 else ([], lost)
-            if rng.random() < 0.2:
-                dead, bounced = lost, lost
-            out.record(ts, CONTROLLER, "broker.change", new=[], dead=dead, bounced=bounced, controller_epoch=1)
-        elif action < 0.58:
-            out.record(ts, node, "broker.registered", broker_id=BROKER_NODES[node] or 9, broker_epoch=ts)
-        elif action < 0.75:
-            out.record(ts, node, "node.alive")
-        elif action < 0.85:
-            leader = BROKER_NODES[node] if rng.random() < 0.7 else rng.choice(ids)
-            reason = rng.choice(("log_dir_failure", "log_dir_failure", "deletion"))
-            _role(out, ts, node, topic, partition, "stopped", leader or 1, epoch, reason)
-        elif action < 0.9:
-            out.record(ts, CONTROLLER, "topic.deleted", topic=topic, controller_epoch=1)
-            for partition_number in range(PARTITIONS):
-                epochs.pop((topic, partition_number), None)
-        else:
-            _role(out, ts, node, topic, partition, "follower", rng.choice(ids), epoch)
-
-
-def _role(
-    out: HistoryWriter,
-    ts: int,
-    node: str,
-    topic: str,
-    partition: int,
-    role: str,
-    leader: int,
-    leader_epoch: int,
-    reason: str | None = None,
-) -> None:
-    out.record(
-        ts,
-        node,
-        "partition.role_changed",
-        topic=topic,
-        partition=partition,
-        role=role,
-        leader=leader,
-        leader_epoch=leader_epoch,
-        isr=[],
-        controller_epoch=1,
-        **({} if reason is None else {"reason": reason}),
-    )
-
-
-def _random_history(directory: pathlib.Path, seed: int) -> None:
-    rng = random.Random(seed)
-    for cluster in ("east", "west"):
-        out = HistoryWriter(directory / cluster)
-        _random_cluster(out, rng, 400)
-        out.close()
-
-
 def _both(spark: Any, logs: pathlib.Path, out: pathlib.Path, by_directory: bool) -> dict[str, Any]:
     """Spark's offline intervals and offline_files', sorted rows, for the history in `logs`."""
-    from controller_svc.analytics import controller_tables, ingest, leadership_scan, offline_files, timelines
+    from controller_svc.analytics import events_files, ingest, leadership_scan, offline_files, timelines
     from controller_svc.analytics.ingest import ClusterBy
 
     cluster_by = ClusterBy("dir" if by_directory else "none")
@@ -134,7 +43,7 @@ def _both(spark: Any, logs: pathlib.Path, out: pathlib.Path, by_directory: bool)
     by_spark = timelines.offline_intervals(events, leaders, held)
     spark_rows = _sorted_rows(by_spark)
     liveness = [(row["cluster"], row["node"]) for row in timelines.writers_of_liveness(events).collect()]
-    files = controller_tables.events_files(str(out), cluster_by, ingest.file_rows(spark, str(out)))
+    files = events_files.events_files(str(out), cluster_by, ingest.file_rows(spark, str(out)))
     leaders_dir = str(out / "leadership_work" / leadership_scan.TIMELINE_DIR)
     written = offline_files.write(spark, files, liveness, leaders_dir, str(out / "work"), str(out / "t"))
     held.release()
@@ -174,7 +83,7 @@ def test_the_files_give_sparks_intervals_for_random_timelines(spark: Any, tmp_pa
 
     intervals: list[dict[str, Any]] = []
     for seed in (1, 2, 3):
-        _random_history(tmp_path / f"logs-{seed}", seed)
+        random_partitions.history(tmp_path / f"logs-{seed}", seed)
         spark.conf.set(ingest.FAST_PATH_CONF, "false" if seed == 3 else "true")
         try:
             tables = _both(spark, tmp_path / f"logs-{seed}", tmp_path / f"out-{seed}", by_directory=True)
@@ -204,7 +113,7 @@ def test_the_job_writes_the_offline_intervals_from_the_files_and_falls_back_to_s
     Spark's queries give (scans off). When that fails, it is logged and Spark writes them."""
     from controller_svc.analytics import job, offline_files, offline_scan, record_search
 
-    _random_history(tmp_path / "logs", 4)
+    random_partitions.history(tmp_path / "logs", 4)
     real_write = offline_files.write
     written: list[str] = []
     spark_paths: list[str] = []
