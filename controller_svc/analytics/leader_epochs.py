@@ -86,48 +86,52 @@ def _changed(column: Any) -> Any:
     return pa.concat_arrays([pa.array([True]), pc.not_equal(column.slice(1), column.slice(0, len(column) - 1))])
 
 
-def _codes(column: Any) -> Any:
+def codes(column: Any) -> Any:
     """Integer codes of a string column (equal strings, equal codes): what the sort needs of a
     node or topic name, which only groups."""
-    import pyarrow.compute as pc
-
-    return pc.dictionary_encode(column).combine_chunks().indices
-
-
-def check_chunk(rows: Any, file_id: int, block: int) -> Checked:
-    """The leader-epoch check over one chunk's partition.role_changed rows (an Arrow table with
-    node, topic, partition, role, leader_epoch, ts and mid, none of them null: the fast path
-    accepts no chunk with a role change missing one), whose records carry `file_id` and `block`.
-
-    Per (node, topic, partition), in (ts, mid) order: `generation` counts the deletions before
-    a record; the record is a candidate when an earlier leader/follower record of the same
-    generation has an epoch at or above its own, and `prev_*` is the highest such (the latest
-    among equals), as Spark's max of (generation, leader_epoch, pos) over the earlier rows."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    rows = rows.filter(pc.is_in(rows["role"], value_set=pa.array(CHECKED_ROLES)))
-    count = rows.num_rows
-    if count == 0:
-        return Checked((), schema.task_columns_arrow(CANDIDATE_COLUMNS).empty_table())
+    whole = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return pc.dictionary_encode(whole).indices
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """The role changes at or below the highest epoch applied earlier in their generation
+    (`at`, row numbers of the rows given to reapplied_or_lower) and the earlier record each is
+    compared with (`prior`), with both records' generations."""
+
+    at: Any
+    prior: Any
+    generation: Any
+    prior_generation: Any
+
+
+def reapplied_or_lower(keys: Any, group_columns: int, epoch: Any, deleted: Any) -> Pairs | None:
+    """The check itself over rows in any order: `keys` (an Arrow table of numeric columns) names
+    each row's group in its first `group_columns` columns and its position in the others;
+    `epoch` and `deleted` (Arrow arrays) are each row's leader epoch and whether it is a
+    deletion. None when no row is a candidate.
+
+    Per group, in position order: `generation` counts the deletions before a record; the record
+    is a candidate when an earlier leader/follower record of the same generation has an epoch
+    at or above its own, and the prior record is the highest such (the latest among equals), as
+    Spark's max of (generation, leader_epoch, pos) over the earlier rows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    count = keys.num_rows
     # Composite values below are rank * count + index: they must fit in an int64.
     assert count < 1 << 31, count
-    nodes = tuple(sorted(pc.unique(rows["node"]).to_pylist()))
-    keys = pa.table(
-        {
-            "node": _codes(rows["node"]),
-            "topic": _codes(rows["topic"]),
-            "partition": rows["partition"].combine_chunks(),
-            "ts": rows["ts"].combine_chunks(),
-            "mid": rows["mid"].combine_chunks(),
-        }
-    )
     order = pc.sort_indices(keys, sort_keys=[(name, "ascending") for name in keys.column_names])
-    node, topic, partition = (keys[name].combine_chunks().take(order) for name in ("node", "topic", "partition"))
-    epoch = rows["leader_epoch"].combine_chunks().take(order)
-    deleted = pc.equal(rows["role"].combine_chunks().take(order), "deleted")
+    groups = [keys[name].combine_chunks().take(order) for name in keys.column_names[:group_columns]]
+    epoch = epoch.take(order)
+    deleted = deleted.take(order)
     index = pc.subtract(pc.cumulative_sum(pc.fill_null(pa.nulls(count, pa.int64()), 1)), 1)
-    new_key = pc.or_(pc.or_(_changed(node), _changed(topic)), _changed(partition))
+    new_key = _changed(groups[0])
+    for column in groups[1:]:
+        new_key = pc.or_(new_key, _changed(column))
     key = pc.cumulative_sum(pc.cast(new_key, pa.int64()))
     key_start = pc.cumulative_max(pc.if_else(new_key, index, 0))
     # Deletions strictly before a record, in its key: its generation.
@@ -163,11 +167,41 @@ def check_chunk(rows: Any, file_id: int, block: int) -> Checked:
         ),
     )
     if not pc.any(candidate).as_py():
-        return Checked(nodes, schema.task_columns_arrow(CANDIDATE_COLUMNS).empty_table())
+        return None
     at = pc.filter(index, candidate)
     prior = pc.filter(earlier, candidate)
-    original, original_prior = order.take(at), order.take(prior)
-    this, that = rows.take(original), rows.take(original_prior)
+    return Pairs(order.take(at), order.take(prior), generation.take(at), generation.take(prior))
+
+
+def check_chunk(rows: Any, file_id: int, block: int) -> Checked:
+    """The leader-epoch check over one chunk's partition.role_changed rows (an Arrow table with
+    node, topic, partition, role, leader_epoch, ts and mid, none of them null: the fast path
+    accepts no chunk with a role change missing one), whose records carry `file_id` and `block`:
+    per (node, topic, partition) in (ts, mid) order (reapplied_or_lower)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rows = rows.filter(pc.is_in(rows["role"], value_set=pa.array(CHECKED_ROLES)))
+    count = rows.num_rows
+    if count == 0:
+        return Checked((), schema.task_columns_arrow(CANDIDATE_COLUMNS).empty_table())
+    nodes = tuple(sorted(pc.unique(rows["node"]).to_pylist()))
+    keys = pa.table(
+        {
+            "node": codes(rows["node"]),
+            "topic": codes(rows["topic"]),
+            "partition": rows["partition"].combine_chunks(),
+            "ts": rows["ts"].combine_chunks(),
+            "mid": rows["mid"].combine_chunks(),
+        }
+    )
+    pairs = reapplied_or_lower(
+        keys, 3, rows["leader_epoch"].combine_chunks(), pc.equal(rows["role"].combine_chunks(), "deleted")
+    )
+    if pairs is None:
+        return Checked(nodes, schema.task_columns_arrow(CANDIDATE_COLUMNS).empty_table())
+    this, that = rows.take(pairs.at), rows.take(pairs.prior)
+    found = len(pairs.at)
     candidates = pa.table(
         {
             "node": this["node"],
@@ -177,10 +211,10 @@ def check_chunk(rows: Any, file_id: int, block: int) -> Checked:
             "role": this["role"],
             "leader_epoch": this["leader_epoch"],
             "mid": this["mid"],
-            "file_id": pa.nulls(len(at), pa.int32()).fill_null(file_id),
-            "block": pa.nulls(len(at), pa.int64()).fill_null(block),
-            "generation": generation.take(at),
-            "prev_generation": generation.take(prior),
+            "file_id": pa.nulls(found, pa.int32()).fill_null(file_id),
+            "block": pa.nulls(found, pa.int64()).fill_null(block),
+            "generation": pairs.generation,
+            "prev_generation": pairs.prior_generation,
             "prev_leader_epoch": that["leader_epoch"],
             "prev_ts": that["ts"],
             "prev_mid": that["mid"],

@@ -46,29 +46,30 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, Any
 def test_concurrent_branches_run_at_once_and_write_what_one_after_another_writes(
     spark: Any, tmp_path: pathlib.Path, history: tuple[pathlib.Path, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from controller_svc.analytics import invariants, job, timelines
+    from controller_svc.analytics import invariant_files, job, timelines
 
     logs, expected = history
     sequential = _analyze(spark, logs, tmp_path / "sequential", concurrent="false")
 
     # Two branches that can only finish if both are running at the same time: the latency
-    # branch and the invariants' branch each wait at a barrier while building their query.
+    # branch and the invariants' branch each wait at a barrier, one building its query, the other
+    # checking the events table's files.
     meet = threading.Barrier(2, timeout=60)
     threads: dict[str, str] = {}
     pools: dict[str, str] = {}
 
     def waiting(name: str, build: Any) -> Any:
-        def wrapped(events: Any, *more: Any) -> Any:
+        def wrapped(*args: Any) -> Any:
             threads[name] = threading.current_thread().name
             # Each branch's jobs go to a scheduler pool of its own (FAIR between pools).
-            pools[name] = events.sparkSession.sparkContext.getLocalProperty(job.SCHEDULER_POOL)
+            pools[name] = spark.sparkContext.getLocalProperty(job.SCHEDULER_POOL)
             meet.wait()
-            return build(events, *more)
+            return build(*args)
 
         return wrapped
 
     monkeypatch.setattr(timelines, "request_latency", waiting("latency", timelines.request_latency))
-    monkeypatch.setattr(invariants, "all_violations", waiting("violations", invariants.all_violations))
+    monkeypatch.setattr(invariant_files, "all_violations", waiting("violations", invariant_files.all_violations))
     concurrent = _analyze(spark, logs, tmp_path / "concurrent")
     assert threads["latency"] != threads["violations"]
     assert all(name.startswith("analyze") for name in threads.values())
