@@ -24,6 +24,11 @@ _SPARK_LONG = re.compile(r"[+-]?[0-9]+")
 _LONG_RANGE = (-(2**63), 2**63 - 1)
 
 
+class NotExact(Exception):
+    """Records a computation from the files cannot treat exactly as Spark's query does (a null
+    where Spark would group or order nulls): the job lets Spark compute that table."""
+
+
 def node_id(node: str | None) -> int | None:
     """ingest._node_id in Python: the name's part after its last '-' (the whole name without
     one) as Spark's try_cast to a long reads it."""

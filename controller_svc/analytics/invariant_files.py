@@ -26,7 +26,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from controller_svc.analytics import leader_epochs, schema
-from controller_svc.analytics.events_files import BROKER_PREFIX, CONTROLLER_PREFIX, EventsFiles, has_role, node_id
+from controller_svc.analytics.events_files import (
+    BROKER_PREFIX,
+    CONTROLLER_PREFIX,
+    EventsFiles,
+    NotExact,
+    has_role,
+    node_id,
+)
 
 POSITION = ("ts", "file_id", "block", "mid")
 Evidence = tuple[int, int, int]
@@ -39,10 +46,6 @@ UNRESOLVED_DDL = (
 
 
 SUCCESS_MARKER = "_SUCCESS"
-
-
-class NotExact(Exception):
-    """A record these checks cannot place as Spark's do (no file id, no cluster)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -45,6 +45,7 @@ from controller_svc.analytics import (
     offline_files,
     partition_tasks,
     report,
+    request_files,
     schema,
     table_figures,
     timelines,
@@ -69,6 +70,7 @@ SINGLE_CLUSTER = ClusterBy("none")
 SAMPLE_VIOLATIONS = 50
 SAMPLE_INTERVALS = 20
 MAX_FAILOVERS_IN_REPORT = 500
+MAX_LATENCY_ROWS = 5000
 CONCURRENT_CONF = "spark.kcontroller.concurrentAnalyses"
 # `--conf spark.kcontroller.scanTimelines=false` leaves the leadership and offline intervals'
 # timelines to Spark's windows instead of the Python tasks of leadership_scan and offline_scan
@@ -363,11 +365,14 @@ def analyze(
         )
 
     def requests() -> dict[str, Any]:
+        from_files = _requests_from_files(out, cluster_by, file_rows, clock) if scans_dir is not None else None
+        if from_files is not None:
+            return from_files
         latency = _write(lambda: timelines.request_latency(events), out, "request_latency", clock)
         return figures(
             "request_figures",
             {
-                "latency": lambda: _rows(latency.orderBy("cluster", "broker", "api"), 5000),
+                "latency": lambda: _rows(latency.orderBy("cluster", "broker", "api"), MAX_LATENCY_ROWS),
                 "latency_histogram": lambda: _rows(timelines.latency_histogram(events)),
             },
         )
@@ -609,6 +614,28 @@ def _invariants_from_files(
             # read the same records.
             log.warning("the invariants could not be checked from the files; Spark checks them: %r", e)
             return None
+
+
+def _requests_from_files(
+    out: str, cluster_by: ClusterBy, file_rows: Sequence[tuple[int, str]], clock: StepClock
+) -> dict[str, Any] | None:
+    """Steps request_latency and request_figures: the table and the figures computed by
+    request_files.py from the events table's local files, with no Spark query (the percentiles
+    exact). None when that failed (logged): Spark's queries compute them then."""
+    local_out = census.local_path(out)
+    assert local_out is not None  # _scans_dir: OUTDIR is local
+    try:
+        with clock.step("request_latency"):
+            latency, histogram = request_files.write(
+                _local_events_files(out, cluster_by, file_rows), os.path.join(local_out, "request_latency")
+            )
+    except Exception as e:
+        # Never a reason to fail the job: Spark's queries read the same records.
+        log.warning("the request latency could not be computed from the files; Spark computes it: %r", e)
+        return None
+    with clock.step("request_figures"):
+        rows: list[dict[str, Any]] = latency.slice(0, MAX_LATENCY_ROWS).to_pylist()
+        return {"latency": rows, "latency_histogram": histogram}
 
 
 def _write_no_violations(out: str) -> None:

@@ -53,8 +53,8 @@ def _longs(column: Any) -> tuple[Any, Any]:
     return np.asarray(array.fill_null(0), dtype=np.int64), ~np.asarray(array.is_null(), dtype=bool)
 
 
-def percentile(values: Any, quantile: float) -> int | None:
-    """Spark's percentile_approx of `values` (numpy int64, no nulls) when its summary is exact:
+def percentile(values: Any, quantile: float) -> Any:
+    """Spark's percentile_approx of `values` (a numpy array, no nulls) when its summary is exact:
     the value at rank ceil(quantile * n) of the sorted values (the least or the greatest within
     RELATIVE_ERROR of 0 or 1); None for no values."""
     import numpy as np
@@ -64,11 +64,11 @@ def percentile(values: Any, quantile: float) -> int | None:
         return None
     ordered = np.sort(values)
     if quantile <= RELATIVE_ERROR:
-        return int(ordered[0])
+        return ordered[0].item()
     if quantile >= 1 - RELATIVE_ERROR:
-        return int(ordered[-1])
+        return ordered[-1].item()
     rank = math.ceil(quantile * count)
-    return int(ordered[min(max(rank, 1), count) - 1])
+    return ordered[min(max(rank, 1), count) - 1].item()
 
 
 def offline_availability(table: Any) -> dict[Any, dict[str, Any]]:

@@ -46,14 +46,14 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, Any
 def test_concurrent_branches_run_at_once_and_write_what_one_after_another_writes(
     spark: Any, tmp_path: pathlib.Path, history: tuple[pathlib.Path, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from controller_svc.analytics import invariant_files, job, timelines
+    from controller_svc.analytics import invariant_files, job, request_files
 
     logs, expected = history
     sequential = _analyze(spark, logs, tmp_path / "sequential", concurrent="false")
 
     # Two branches that can only finish if both are running at the same time: the latency
-    # branch and the invariants' branch each wait at a barrier, one building its query, the other
-    # checking the events table's files.
+    # branch and the invariants' branch each wait at a barrier, while reading the events
+    # table's files.
     meet = threading.Barrier(2, timeout=60)
     threads: dict[str, str] = {}
     pools: dict[str, str] = {}
@@ -68,7 +68,7 @@ def test_concurrent_branches_run_at_once_and_write_what_one_after_another_writes
 
         return wrapped
 
-    monkeypatch.setattr(timelines, "request_latency", waiting("latency", timelines.request_latency))
+    monkeypatch.setattr(request_files, "latency", waiting("latency", request_files.latency))
     monkeypatch.setattr(invariant_files, "all_violations", waiting("violations", invariant_files.all_violations))
     concurrent = _analyze(spark, logs, tmp_path / "concurrent")
     assert threads["latency"] != threads["violations"]
@@ -104,10 +104,12 @@ def test_a_failed_branch_is_raised_after_the_others_finished(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from controller_svc.analytics import timelines
+    from controller_svc.analytics import job, timelines
 
     logs, _ = history
     started = threading.Event()
+    # Spark's queries, not the files' (whose failures fall back to them).
+    monkeypatch.setattr(job, "_requests_from_files", lambda *args: None)
 
     def broken(events: Any) -> Any:
         started.set()
