@@ -23,7 +23,6 @@ otherwise, or when this fails.
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -527,17 +526,5 @@ def write(
         (incident_rows, incidents_schema(), incidents_dir),
     ):
         table = pa.Table.from_pylist([{name: row[name] for name in schema.names} for row in rows], schema=schema)
-        _replace(table, directory)
+        partition_tasks.replace_table(table, directory)
     return len(tenure_rows), len(incident_rows)
-
-
-def _replace(table: Any, directory: str) -> None:
-    """`directory` holding `table` alone (zstd, as Spark's writer in session.build), marked
-    written whole as Spark's writer marks it."""
-    import shutil
-
-    shutil.rmtree(directory, ignore_errors=True)
-    os.makedirs(directory)
-    partition_tasks.write_part(table, directory, 0, compression="zstd")
-    with open(os.path.join(directory, leadership_scan.SUCCESS_MARKER), "w", encoding="utf-8"):
-        pass

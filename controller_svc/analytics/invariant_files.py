@@ -45,9 +45,6 @@ UNRESOLVED_DDL = (
 )
 
 
-SUCCESS_MARKER = "_SUCCESS"
-
-
 @dataclasses.dataclass(frozen=True)
 class Violation:
     """One row of invariants.all_violations: `records` are the offending records' identities
@@ -533,8 +530,6 @@ def unclean_election_without_permission(files: EventsFiles) -> list[Violation]:
 def write_empty_table(directory: str) -> None:
     """The violations table with no rows, as job._no_violations gives it to Spark's writer
     (zstd, marked written whole): what a history without violations gets."""
-    import shutil
-
     import pyarrow as pa
 
     from controller_svc.analytics import partition_tasks
@@ -550,8 +545,4 @@ def write_empty_table(directory: str) -> None:
             ("records", pa.list_(evidence)),
         ]
     )
-    shutil.rmtree(directory, ignore_errors=True)
-    os.makedirs(directory)
-    partition_tasks.write_part(columns.empty_table(), directory, 0, compression="zstd")
-    with open(os.path.join(directory, SUCCESS_MARKER), "w", encoding="utf-8"):
-        pass
+    partition_tasks.replace_table(columns.empty_table(), directory)

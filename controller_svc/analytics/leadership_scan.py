@@ -37,7 +37,7 @@ TIMELINE_DDL = (
 )
 ROWS_DIR = "rows"
 TIMELINE_DIR = "timeline"
-SUCCESS_MARKER = "_SUCCESS"
+SUCCESS_MARKER = partition_tasks.SUCCESS_MARKER
 
 
 def leadership(changes: DataFrame, work_dir: str, table_dir: str) -> DataFrame:

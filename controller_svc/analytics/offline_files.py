@@ -30,7 +30,7 @@ from controller_svc.analytics import offline_scan, partition_tasks
 from controller_svc.analytics.events_files import BROKER_PREFIX, EventsFiles, has_role, node_id
 
 LOSSES_DIR, DELETIONS_DIR = "losses", "deletions"
-SUCCESS_MARKER = "_SUCCESS"
+SUCCESS_MARKER = partition_tasks.SUCCESS_MARKER
 DEREGISTERED, BOUNCED = "broker_deregistered", "broker_bounced"
 SET_TO_NONE, LOG_DIR_FAILED = "leader_set_to_none", "leader_log_dir_failed"
 Position = tuple[Any, Any, Any, Any]

@@ -15,6 +15,9 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+# What Spark's writer leaves in a table's directory once every part is written.
+SUCCESS_MARKER = "_SUCCESS"
+
 
 def available() -> bool:
     """Whether the driver's Python has what the tasks use: numpy, and pyarrow 25 or later
@@ -84,6 +87,18 @@ def write_part(table: Any, directory: str, share: int, compression: str = "snapp
     temporary = os.path.join(directory, f".part-{share}.tmp")
     pq.write_table(table, temporary, compression=compression)
     os.replace(temporary, os.path.join(directory, f"part-{share:05d}.parquet"))
+
+
+def replace_table(table: Any, directory: str) -> None:
+    """`directory` holding `table` alone (zstd, as Spark's writer in session.build), marked
+    written whole as Spark's writer marks it (SUCCESS_MARKER)."""
+    import shutil
+
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    write_part(table, directory, 0, compression="zstd")
+    with open(os.path.join(directory, SUCCESS_MARKER), "w", encoding="utf-8"):
+        pass
 
 
 def _differs_from_previous(column: Any) -> Any:

@@ -14,14 +14,12 @@ to Spark's queries otherwise, or when this fails.
 
 from __future__ import annotations
 
-import os
-import shutil
 from typing import Any
 
 from controller_svc.analytics import partition_tasks, table_figures
 from controller_svc.analytics.events_files import EventsFiles, NotExact
 
-SUCCESS_MARKER = "_SUCCESS"
+SUCCESS_MARKER = partition_tasks.SUCCESS_MARKER
 # timelines.latency_histogram's buckets: ceil(log2(ms)) within these, ms below 1e-9 as 1e-9.
 LOWEST_BUCKET, HIGHEST_BUCKET, LEAST_MS = -4, 16, 1e-9
 MEASURES = (("queue", "queue_ms"), ("rtt", "rtt_ms"))
@@ -138,9 +136,5 @@ def write(files: EventsFiles, table_dir: str) -> tuple[Any, list[dict[str, Any]]
     Spark's writer, marked written whole) and returns it with the histogram's rows."""
     table = completed(files)
     found = latency(table)
-    shutil.rmtree(table_dir, ignore_errors=True)
-    os.makedirs(table_dir)
-    partition_tasks.write_part(found, table_dir, 0, compression="zstd")
-    with open(os.path.join(table_dir, SUCCESS_MARKER), "w", encoding="utf-8"):
-        pass
+    partition_tasks.replace_table(found, table_dir)
     return found, histogram(table)
