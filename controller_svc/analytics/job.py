@@ -639,10 +639,12 @@ def _requests_from_files(
 
 
 def _write_no_violations(out: str) -> None:
-    """The violations table with no rows (_no_violations' columns), written without Spark."""
+    """The violations table with no rows (_no_violations' columns), written without Spark; no
+    unresolved violations left behind either (an earlier run's, into the same OUTDIR)."""
     local_out = census.local_path(out)
     assert local_out is not None  # _scans_dir: OUTDIR is local
     invariant_files.write_empty_table(os.path.join(local_out, "violations"))
+    shutil.rmtree(os.path.join(local_out, "_violations_unresolved"), ignore_errors=True)
 
 
 def _scan_dir(scans_dir: str | None, name: str) -> str | None:

@@ -193,6 +193,10 @@ def test_the_job_checks_the_invariants_from_the_files_and_falls_back_to_spark(
         written.append(name)
         return real_write(build, out, name, clock)
 
+    # An earlier run's unresolved violations, left in the OUTDIR the clean history goes to.
+    stale = tmp_path / "clean-files" / "_violations_unresolved"
+    stale.mkdir(parents=True)
+    (stale / "part-00000.parquet").write_bytes(b"left by a run that stopped")
     for logs in (violating, clean):
         written.clear()
         with pytest.MonkeyPatch.context() as patch:
@@ -202,6 +206,7 @@ def test_the_job_checks_the_invariants_from_the_files_and_falls_back_to_spark(
         # Spark writes the violations found (to resolve their evidence), and nothing for none.
         expected = {"_violations_unresolved", "violations"} if logs is violating else set()
         assert {"_violations_unresolved", "violations"} & set(written) == expected
+        assert not (tmp_path / f"{logs.name}-files" / "_violations_unresolved").exists()
         tables[f"{logs.name}-files"] = _violations_table(spark, tmp_path / f"{logs.name}-files")
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(job, "_invariants_from_files", lambda *args: None)
