@@ -378,6 +378,12 @@ def analyze(
         )
 
     def bad_lines() -> dict[str, Any]:
+        if not malformed_lines and scans_dir is not None:
+            # Nothing malformed, the common case: the empty table needs no Spark query (the
+            # output is local, _scans_dir), nor do its figures.
+            with clock.step("bad_records"):
+                _write_no_bad_records(out)
+            return {"malformed": [], "samples": []}
         # In a branch of its own, not before the branches start: nothing else reads it.
         bad = write_bad_records()
         return figures(
@@ -645,6 +651,24 @@ def _write_no_violations(out: str) -> None:
     assert local_out is not None  # _scans_dir: OUTDIR is local
     invariant_files.write_empty_table(os.path.join(local_out, "violations"))
     shutil.rmtree(os.path.join(local_out, "_violations_unresolved"), ignore_errors=True)
+
+
+def _write_no_bad_records(out: str) -> None:
+    """The bad_records table with no rows (ingest.bad_records' columns), written without Spark."""
+    import pyarrow as pa
+
+    local_out = census.local_path(out)
+    assert local_out is not None  # _scans_dir: OUTDIR is local
+    columns = pa.schema(
+        [
+            ("cluster", pa.string()),
+            ("file", pa.string()),
+            ("line", pa.int64()),
+            ("reason", pa.string()),
+            ("value", pa.string()),
+        ]
+    )
+    partition_tasks.replace_table(columns.empty_table(), os.path.join(local_out, "bad_records"))
 
 
 def _scan_dir(scans_dir: str | None, name: str) -> str | None:
