@@ -32,7 +32,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from controller_svc.analytics import arrow_ingest, census, leader_epochs, node_index, schema
+from controller_svc.analytics import arrow_ingest, census, leader_epochs, node_index, partition_tasks, schema
 
 log = logging.getLogger("analytics")
 
@@ -133,12 +133,17 @@ def list_inputs(spark: SparkSession, inputs: Sequence[str]) -> list[str]:
     return sorted(files)
 
 
+def file_table_rows(names: Sequence[str]) -> list[tuple[int, str]]:
+    """The files table's rows: (file_id, file) for Spark's names of the input files
+    (`inputFiles()` of their scans: URIs, escaped, as `input_file_name()` gives them per row),
+    file_id the rank of the name, so that records order by (ts, file_id, ...) as they did by
+    (ts, file, ...)."""
+    return list(enumerate(sorted(set(names))))
+
+
 def file_table(spark: SparkSession, names: Sequence[str]) -> DataFrame:
-    """The files table: (file_id, file) for Spark's names of the input files (`inputFiles()` of
-    their scans: URIs, escaped, as `input_file_name()` gives them per row), file_id the rank of
-    the name, so that records order by (ts, file_id, ...) as they did by (ts, file, ...). A
-    local frame (one row per file)."""
-    return spark.createDataFrame(list(enumerate(sorted(set(names)))), "file_id int, file string")
+    """The files table (file_table_rows) as a local frame (one row per file)."""
+    return spark.createDataFrame(file_table_rows(names), FILES_DDL)
 
 
 def _located(frame: DataFrame, files: DataFrame, columns: Sequence[Column]) -> DataFrame:
@@ -188,6 +193,7 @@ class Records:
 
     lines: DataFrame | None
     files: DataFrame
+    file_rows: list[tuple[int, str]]
     from_tasks: FromTasks = FromTasks()
 
 
@@ -217,14 +223,15 @@ def read_records(
     others = [file for file in files if file not in taken]
     readers = census.plan(others, prefetch=prefetch)
     frames = _frames(spark, readers)
-    files_table = file_table(
-        spark, [*fast_names, *(name for frame in frames if frame is not None for name in frame.inputFiles())]
+    file_rows = file_table_rows(
+        [*fast_names, *(name for frame in frames if frame is not None for name in frame.inputFiles())]
     )
+    files_table = spark.createDataFrame(file_rows, FILES_DDL)
     turned_down: list[str] = []
     from_tasks = FromTasks()
     if fast:
         assert fast_path_dir is not None
-        result = _fast_path(spark, fast, fast_names, files_table, fast_path_dir)
+        result = _fast_path(spark, fast, fast_names, file_rows, fast_path_dir)
         turned_down = result.turned_down
         other_files = bool(others or turned_down)
         from_tasks = FromTasks(
@@ -265,7 +272,9 @@ def read_records(
         parts.append(_json_records(json_frame, files_table))
     if text_frame is not None:
         parts.append(parse(_located(text_frame, files_table, [F.col("value")])))
-    return Records(functools.reduce(DataFrame.unionByName, parts) if parts else None, files_table, from_tasks)
+    return Records(
+        functools.reduce(DataFrame.unionByName, parts) if parts else None, files_table, file_rows, from_tasks
+    )
 
 
 def _frames(spark: SparkSession, readers: census.ReaderPlan) -> tuple[DataFrame | None, DataFrame | None]:
@@ -307,16 +316,20 @@ class FastPathResult:
 
 
 def _fast_path(
-    spark: SparkSession, fast: Sequence[str], names: Sequence[str], files_table: DataFrame, events_dir: str
+    spark: SparkSession,
+    fast: Sequence[str],
+    names: Sequence[str],
+    file_rows: Sequence[tuple[int, str]],
+    events_dir: str,
 ) -> FastPathResult:
     """Runs arrow_ingest's tasks over `fast` (files as list_inputs names them; `names`: Spark's
-    names of the same files)."""
+    names of the same files; `file_rows`: the files table's rows, file_table_rows)."""
 
     def local(file: str) -> str:
         return os.path.abspath(census.local_path(file) or file)
 
     by_local = {local(unquote(name)): name for name in names}
-    ids = {row["file"]: row["file_id"] for row in files_table.collect()}
+    ids = {file: file_id for file_id, file in file_rows}
     # A file the files table does not name by Spark's name for it is left to Spark's reader,
     # whose records then carry no file_id, which the job refuses (job._per_cluster).
     unnamed = [file for file in fast if ids.get(by_local.get(local(file), "")) is None]
@@ -632,13 +645,28 @@ def ingest(spark: SparkSession, inputs: Sequence[str], out: str, prefetch: censu
         shutil.rmtree(fast_path_dir, ignore_errors=True)
         os.makedirs(fast_path_dir)
     records = read_records(spark, inputs, prefetch, fast_path_dir=fast_path_dir)
-    records.files.coalesce(1).write.mode("overwrite").parquet(f"{out}/files")
+    _write_files_table(records, out)
     if records.lines is not None:
         write_events(records.lines, out, mode="overwrite" if fast_path_dir is None else "append")
     return records.from_tasks
 
 
 FILES_DDL = "file_id int, file string"
+
+
+def _write_files_table(records: Records, out: str) -> None:
+    """OUTDIR/files. In a local directory written with Arrow from the rows at hand: Spark's
+    writer made a job of its own of these few rows, the first of a cold run to compile its
+    classes (0.6 s of a cold run at 1M events, bench.analytics_stages)."""
+    files_dir = census.local_path(f"{out}/files")
+    if files_dir is None or not arrow_ingest.available():
+        records.files.coalesce(1).write.mode("overwrite").parquet(f"{out}/files")
+        return
+    import pyarrow as pa
+
+    file_ids, names = zip(*records.file_rows, strict=True) if records.file_rows else ((), ())
+    table = pa.table({"file_id": pa.array(file_ids, pa.int32()), "file": pa.array(names, pa.string())})
+    partition_tasks.replace_table(table, files_dir)
 
 
 def files(spark: SparkSession, out: str) -> DataFrame:

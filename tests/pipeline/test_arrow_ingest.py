@@ -200,7 +200,7 @@ def test_a_failed_fast_path_leaves_every_file_to_spark(
     not_a_directory = tmp_path / "events"
     not_a_directory.write_text("")
     caplog.set_level(logging.WARNING, logger="analytics")
-    result = ingest._fast_path(spark, files, names, ingest.file_table(spark, names), str(not_a_directory))
+    result = ingest._fast_path(spark, files, names, ingest.file_table_rows(names), str(not_a_directory))
     assert result.turned_down == files
     assert result.checked == [] and result.written_file_ids == frozenset() and result.node_totals == []
     assert "the ingest's fast path failed" in caplog.text

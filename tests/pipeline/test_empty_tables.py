@@ -1,9 +1,12 @@
-"""A history with nothing malformed gets its empty bad_records table, and its figures, without a
-Spark query: the same table (columns, names and types) and summary as Spark's queries give with
-the job's scans off; a history with malformed lines still has Spark find and resolve them."""
+"""Small tables the driver writes with Arrow when OUTDIR is local, instead of a Spark job each: a
+history with nothing malformed gets its empty bad_records table, and its figures, with the same
+table (columns, names and types) and summary as Spark's queries give with the job's scans off (a
+history with malformed lines still has Spark find and resolve them); the files table is the one
+Spark's writer wrote."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 from typing import Any
 
@@ -52,3 +55,20 @@ def test_a_history_without_malformed_lines_gets_its_bad_records_without_spark(
     assert "bad_records" in by_files.summary["timings_s"]
     # The malformed history's lines were found and resolved as before.
     assert len(_table(spark, tmp_path / "malformed-files")[0]) == 6
+
+
+def test_the_files_table_is_written_in_the_driver_as_sparks_writer_wrote_it(spark: Any, tmp_path: pathlib.Path) -> None:
+    from controller_svc.analytics import ingest, partition_tasks
+
+    logs, out = tmp_path / "logs", tmp_path / "out"
+    scenarios.clean_failover(logs)
+    ingest.ingest(spark, [str(logs)], str(out))
+    # Written by partition_tasks (its file name), not by a Spark job (part-NNNNN-<uuid>...).
+    assert sorted(os.listdir(out / "files")) == [partition_tasks.SUCCESS_MARKER, "part-00000.parquet"]
+    names = spark.read.text(ingest.list_inputs(spark, [str(logs)])).inputFiles()
+    assert len(names) > 1
+    ingest.file_table(spark, names).coalesce(1).write.parquet(str(tmp_path / "by-spark"))
+    by_driver, by_spark = (spark.read.parquet(str(path)) for path in (out / "files", tmp_path / "by-spark"))
+    assert by_driver.schema.simpleString() == by_spark.schema.simpleString() == "struct<file_id:int,file:string>"
+    assert sorted(by_driver.collect()) == sorted(by_spark.collect())
+    assert ingest.file_rows(spark, str(out)) == sorted((row["file_id"], row["file"]) for row in by_spark.collect())

@@ -109,18 +109,15 @@ def test_records_of_a_file_the_files_table_does_not_name_stop_the_job(
     logs = tmp_path / "logs"
     _write(logs, "broker-1.state-change.jsonl", [line for line, why in LINES if why is None])
     _write(logs, "broker-2.state-change.jsonl", [line for line, why in LINES if why is None])
-    named = ingest.file_table
+    named = ingest.file_table_rows
 
-    def one_named_otherwise(spark_: Any, files: Any) -> Any:
-        table = named(spark_, files)
-        from pyspark.sql import functions as F
+    def one_named_otherwise(files: Any) -> list[tuple[int, str]]:
+        return [
+            (file_id, "elsewhere" if file.endswith("broker-2.state-change.jsonl") else file)
+            for file_id, file in named(files)
+        ]
 
-        return table.withColumn(
-            "file",
-            F.when(F.col("file").endswith("broker-2.state-change.jsonl"), F.lit("elsewhere")).otherwise(F.col("file")),
-        )
-
-    monkeypatch.setattr(ingest, "file_table", one_named_otherwise)
+    monkeypatch.setattr(ingest, "file_table_rows", one_named_otherwise)
     with pytest.raises(RuntimeError, match=r"^\d+ records of files the files table does not name"):
         job.analyze(spark, [str(logs)], str(tmp_path / "out"))
     monkeypatch.undo()
