@@ -89,6 +89,18 @@ def available() -> bool:
     return True
 
 
+def preload(_: object = None) -> int:
+    """Imports what ingest_chunk uses (pyarrow's JSON reader, Parquet writer and kernels,
+    numpy) in the Python worker that runs it; returns the worker's process id. A worker keeps
+    its modules for the tasks it runs later (Spark reuses its Python workers)."""
+    import numpy  # noqa: F401
+    import pyarrow.compute
+    import pyarrow.json
+    import pyarrow.parquet  # noqa: F401
+
+    return os.getpid()
+
+
 def chunks_of(file_id: int, path: str, target_bytes: int | None = None) -> list[Chunk]:
     """`path` cut into chunks of about `target_bytes` (CHUNK_BYTES), each ending after a line
     feed (or at the end of the file)."""

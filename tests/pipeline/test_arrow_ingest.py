@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import pathlib
+import uuid
 from typing import Any
 
 import pytest
@@ -204,6 +205,68 @@ def test_a_failed_fast_path_leaves_every_file_to_spark(
     assert result.turned_down == files
     assert result.checked == [] and result.written_file_ids == frozenset() and result.node_totals == []
     assert "the ingest's fast path failed" in caplog.text
+
+
+def _fast_events(spark: Any, out: pathlib.Path) -> int:
+    from controller_svc.analytics import arrow_ingest
+
+    written = list((out / "events").rglob(f"{arrow_ingest.FILE_PREFIX}*.parquet"))
+    assert written  # the fast path's tasks wrote them
+    return spark.read.parquet(str(out / "events")).count()
+
+
+def test_the_python_workers_are_started_ahead_of_the_fast_path(
+    spark: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One task per core imports the fast path's modules in its worker, in a job the ingest
+    starts before it lists the files (ingest._start_python_workers); not when an ingest's
+    Python tasks ended moments ago in the same application (its workers are alive)."""
+    from controller_svc.analytics import arrow_ingest, ingest
+
+    logs, marks = tmp_path / "logs", tmp_path / "marks"
+    _write(logs, "broker-1.state-change.jsonl", ACCEPTED)
+    _write(logs, "broker-2.state-change.jsonl", ACCEPTED)
+    marks.mkdir()
+    real = arrow_ingest.preload
+
+    def marking(task: object = None) -> int:  # pickled by value: it runs in the workers
+        pid = real(task)
+        (marks / f"{task}-{pid}-{uuid.uuid4().hex}").write_text("")
+        return pid
+
+    monkeypatch.setattr(arrow_ingest, "preload", marking)
+    monkeypatch.setattr(ingest, "_python_tasks_ended", {})  # as in a new application
+    ingest.ingest(spark, [str(logs)], str(tmp_path / "out"))
+    cores = spark.sparkContext.defaultParallelism
+    assert sorted(int(mark.name.split("-")[0]) for mark in marks.iterdir()) == list(range(cores))
+    assert _fast_events(spark, tmp_path / "out") == 2 * len(ACCEPTED)
+    # Right after: the workers are alive, and no job starts them.
+    ingest.ingest(spark, [str(logs)], str(tmp_path / "again"))
+    assert len(list(marks.iterdir())) == cores
+    assert _fast_events(spark, tmp_path / "again") == 2 * len(ACCEPTED)
+    # Long after (Spark may have ended them): started again.
+    monkeypatch.setattr(ingest, "PYTHON_WORKERS_KEPT_S", 0.0)
+    ingest.ingest(spark, [str(logs)], str(tmp_path / "later"))
+    assert len(list(marks.iterdir())) == 2 * cores
+
+
+def test_workers_that_cannot_be_started_ahead_are_no_reason_to_fail(
+    spark: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from controller_svc.analytics import arrow_ingest, ingest
+
+    logs = tmp_path / "logs"
+    _write(logs, "broker-1.state-change.jsonl", ACCEPTED)
+
+    def failing(task: object = None) -> int:
+        raise RuntimeError("no modules here")
+
+    monkeypatch.setattr(arrow_ingest, "preload", failing)
+    monkeypatch.setattr(ingest, "_python_tasks_ended", {})
+    caplog.set_level(logging.WARNING, logger="analytics")
+    ingest.ingest(spark, [str(logs)], str(tmp_path / "out"))
+    assert "the Python workers could not be started ahead" in caplog.text
+    assert _fast_events(spark, tmp_path / "out") == len(ACCEPTED)
 
 
 @pytest.mark.parametrize("setting", ["FAST_PATH_CONF", "LEADER_EPOCHS_IN_TASKS_CONF", "NODE_INDEX_IN_TASKS_CONF"])
