@@ -24,6 +24,13 @@ _SPARK_LONG = re.compile(r"[+-]?[0-9]+")
 _LONG_RANGE = (-(2**63), 2**63 - 1)
 
 
+def dictionary_string() -> Any:
+    """The Arrow type EventsFiles.read gives a string column read dictionary-encoded."""
+    import pyarrow as pa
+
+    return pa.dictionary(pa.int32(), pa.string())
+
+
 class NotExact(Exception):
     """Records a computation from the files cannot treat exactly as Spark's query does (a null
     where Spark would group or order nulls): the job lets Spark compute that table."""
@@ -69,20 +76,28 @@ class EventsFiles:
     ) -> Any:
         """The records of `kind` (every kind: None) with `columns` (name: Arrow type; file_id,
         block and mid are there too) and a `cluster` column; a column a kind's files lack is
-        null, as Spark's reader with the table's schema gives it. `node_prefix`: only nodes
-        named so, which the files' statistics of `node` mostly decide (a fast file holds one
-        node); `nodes`: only these nodes (`node` must be among `columns`), decided so too."""
+        null, as Spark's reader with the table's schema gives it. A string column asked for as
+        dictionary_string() is read dictionary-encoded, as the files hold it (no string per row).
+        `node_prefix`: only nodes named so, which the files' statistics of `node` mostly decide
+        (a fast file holds one node); `nodes`: only these nodes (`node` must be among
+        `columns`), decided so too."""
         import pyarrow as pa
         import pyarrow.dataset as ds
 
         fields = {**columns, "file_id": pa.int32(), "block": pa.int64(), "mid": pa.int64()}
         wanted = pa.schema([pa.field(name, kind_type) for name, kind_type in fields.items()])
+        encoded = [name for name, kind_type in fields.items() if pa.types.is_dictionary(kind_type)]
         directory = os.path.join(self.events_dir, USABLE_DIR)
         if kind is not None:
             directory = os.path.join(directory, f"kind_group={kind}")
         if not os.path.isdir(directory):
             return _with_column(wanted.empty_table(), "cluster", pa.array([], pa.string()))
-        found = ds.dataset(directory, format="parquet", schema=wanted)
+        file_format = (
+            ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=encoded))
+            if encoded
+            else "parquet"
+        )
+        found = ds.dataset(directory, format=file_format, schema=wanted)
         condition = None
         if node_prefix is not None:
             # starts_with as a range, which Parquet's statistics can decide: '-' + 1 is '.'.

@@ -27,7 +27,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from controller_svc.analytics import offline_scan, partition_tasks
-from controller_svc.analytics.events_files import BROKER_PREFIX, EventsFiles, has_role, node_id
+from controller_svc.analytics.events_files import BROKER_PREFIX, EventsFiles, dictionary_string, has_role, node_id
 
 LOSSES_DIR, DELETIONS_DIR = "losses", "deletions"
 SUCCESS_MARKER = partition_tasks.SUCCESS_MARKER
@@ -93,33 +93,27 @@ def own_rows(files: EventsFiles, share: int, shares: int) -> Any:
 
     longs = {name: pa.int64() for name in ("partition", "ts", "leader_epoch")}
     offline = partition_tasks.in_share(files.read("partition.offline", {"topic": pa.string(), **longs}), share, shares)
-    roles = partition_tasks.in_share(
-        files.read(
-            "partition.role_changed",
-            {
-                "topic": pa.string(),
-                **longs,
-                "leader": pa.int64(),
-                "node": pa.string(),
-                "role": pa.string(),
-                "reason": pa.string(),
-            },
-            node_prefix=BROKER_PREFIX,
-        ),
-        share,
-        shares,
+    # The role changes are most of the records (5M of 10M events) and every task reads them
+    # all, to keep a sixth: their strings stay dictionary-encoded as the files hold them, and
+    # the rows are filtered once, by one mask (10M events: 0.8 s a task instead of 1.4-2.7 s).
+    text = dictionary_string()
+    roles = files.read(
+        "partition.role_changed",
+        {"topic": text, **longs, "leader": pa.int64(), "node": text, "role": text, "reason": text},
+        node_prefix=BROKER_PREFIX,
     )
-    # A broker's id from its name, once per name: null for a node that is not a broker (of_role).
-    names = pc.unique(roles["node"].combine_chunks())
-    ids = pa.array([node_id(name) if has_role(name, "broker") else None for name in names.to_pylist()], pa.int64())
-    recorder = ids.take(pc.index_in(roles["node"], value_set=names))
-    is_leader = pc.fill_null(pc.equal(roles["role"], "leader"), False)
-    log_dir_failed = pc.fill_null(
-        pc.and_(pc.equal(roles["role"], "stopped"), pc.equal(roles["reason"], "log_dir_failure")), False
+    is_leader = _flags(pc.equal(roles["role"], "leader"))
+    log_dir_failed = _flags(pc.and_(pc.equal(roles["role"], "stopped"), pc.equal(roles["reason"], "log_dir_failure")))
+    recorder, is_broker = _broker_ids(roles["node"])
+    leader = roles["leader"]
+    own = (
+        is_broker
+        & _flags(pc.is_valid(leader))
+        & (pc.fill_null(leader, 0).to_numpy() == recorder)
+        & (is_leader | log_dir_failed)
     )
-    own = pc.and_(pc.fill_null(pc.equal(roles["leader"], recorder), False), pc.or_(is_leader, log_dir_failed))
-    roles, is_leader = roles.filter(own), is_leader.filter(own)
-    leader = np.asarray(is_leader, dtype=bool) if roles.num_rows else np.zeros(0, dtype=bool)
+    keep = own & partition_tasks.share_mask(roles["partition"], share, shares)
+    roles, leader = roles.filter(pa.array(keep)), is_leader[keep]
     schema = offline_scan.rows_schema()
 
     def rows(table: Any, regained: Any, cause: Any, new_leader: Any) -> Any:
@@ -222,6 +216,32 @@ def broker_losses(files: EventsFiles, liveness: Iterable[tuple[str, str]]) -> An
         ]
     )
     return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _flags(column: Any) -> Any:
+    """A boolean Arrow column as a numpy mask, null as False."""
+    import pyarrow.compute as pc
+
+    return pc.fill_null(column, False).to_numpy(zero_copy_only=False)
+
+
+def _broker_ids(nodes: Any) -> tuple[Any, Any]:
+    """Each row's broker id from its node's name (a dictionary-encoded Arrow column), worked out
+    once per name, and whether it has one (of_role: a node that is not a broker, or none, has
+    not), as numpy arrays."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    ids, known = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=bool)]
+    for chunk in nodes.chunks:
+        by_name = [node_id(name) if has_role(name, "broker") else None for name in chunk.dictionary.to_pylist()]
+        # One more entry, for a row without a node.
+        chunk_ids = np.array([0 if found is None else found for found in by_name] + [0], dtype=np.int64)
+        chunk_known = np.array([found is not None for found in by_name] + [False], dtype=bool)
+        index = pc.fill_null(chunk.indices, len(by_name)).to_numpy()
+        ids.append(chunk_ids[index])
+        known.append(chunk_known[index])
+    return np.concatenate(ids), np.concatenate(known)
 
 
 def _position(record: dict[str, Any]) -> Position:

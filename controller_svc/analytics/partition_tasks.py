@@ -55,14 +55,19 @@ def read_share(rows_dir: str, share: int, shares: int, column: str = "partition"
 
 def in_share(table: Any, share: int, shares: int, column: str = "partition") -> Any:
     """The rows of `table` whose `column` is `share` modulo `shares` (read_share's rows)."""
+    import pyarrow as pa
+
+    return table.filter(pa.array(share_mask(table[column], share, shares)))
+
+
+def share_mask(numbers: Any, share: int, shares: int) -> Any:
+    """in_share's test of each of `numbers` (a bigint Arrow column) as a numpy mask: the number
+    modulo `shares` is `share`, a null number counting as 0."""
     import pyarrow.compute as pc
 
-    # The number modulo `shares`, in [0, shares) for any number: Arrow's division truncates
-    # toward zero, so a negative number's remainder is negative (abs() would overflow at the
-    # least int64).
-    number = pc.fill_null(table[column], 0)
-    remainder = pc.subtract(number, pc.multiply(pc.divide(number, shares), shares))
-    return table.filter(pc.equal(pc.if_else(pc.less(remainder, 0), pc.add(remainder, shares), remainder), share))
+    # numpy's remainder takes the divisor's sign, so it is in [0, shares) for any number
+    # (abs() would overflow at the least int64).
+    return (pc.fill_null(numbers, 0).to_numpy() % shares) == share
 
 
 def read_all(rows_dir: str) -> Any:

@@ -147,3 +147,104 @@ def test_the_job_writes_the_offline_intervals_from_the_files_and_falls_back_to_s
     assert expected
     for run in ("files", "fell_back"):
         assert _sorted_rows(spark.read.parquet(str(tmp_path / run / "offline_intervals"))) == expected
+
+
+def _role_changes(directory: pathlib.Path, name: str, rows: list[dict[str, Any]], with_reason: bool = True) -> None:
+    """A Parquet file of role changes as the fast path writes its kind's records (without the
+    `reason` column when `with_reason` is false, as a file whose records have none)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns: dict[str, Any] = {
+        "topic": pa.string(),
+        "partition": pa.int64(),
+        "ts": pa.int64(),
+        "leader_epoch": pa.int64(),
+        "leader": pa.int64(),
+        "node": pa.string(),
+        "role": pa.string(),
+        "file_id": pa.int32(),
+        "block": pa.int64(),
+        "mid": pa.int64(),
+    }
+    if with_reason:
+        columns["reason"] = pa.string()
+    directory.mkdir(parents=True, exist_ok=True)
+    table = pa.table({key: pa.array([row.get(key) for row in rows], kind) for key, kind in columns.items()})
+    pq.write_table(table, directory / name)
+
+
+def test_the_own_rows_are_the_leaders_own_role_changes_of_the_share(tmp_path: pathlib.Path) -> None:
+    """own_rows keeps, of every broker role change, those its broker recorded as its partition's
+    leader (applied, or stopped by a failed log dir), of the partitions whose number falls to
+    the share (a null number counts as 0): checked against the rule written out in Python on
+    rows that hit each case, two files with their own dictionaries, one without `reason`."""
+    from controller_svc.analytics import events_files, offline_files, offline_scan
+
+    kinds = tmp_path / "events" / events_files.USABLE_DIR / "kind_group=partition.role_changed"
+    least = -(2**63)
+    cases = [
+        # (node, role, reason, leader, partition)
+        ("broker-1", "leader", None, 1, 0),  # own leadership
+        ("broker-1", "leader", None, 2, 3),  # another broker's leadership, recorded by 1
+        ("broker-2", "follower", None, 2, 6),  # a follower role, even of its own leader
+        ("broker-2", "stopped", "log_dir_failure", 2, 9),  # own, lost by a failed log dir
+        ("broker-2", "stopped", "deleted", 2, 12),  # stopped for another reason
+        ("broker-3", "leader", None, None, 15),  # no leader
+        ("broker-0", "leader", None, None, 30),  # no leader, by broker 0
+        ("broker-3", "leader", None, 3, None),  # no partition number: share 0
+        ("broker-3", "leader", None, 3, -3),  # negative numbers' share is their floor remainder
+        ("broker-3", "leader", None, 3, -4),
+        ("broker-3", "leader", None, 3, least),
+        ("broker-x", "leader", None, 0, 18),  # a name Spark reads no id from
+        ("broker-007", "leader", None, 7, 21),  # an id with leading zeros
+        ("broker-4", None, None, 4, 24),  # no role
+    ]
+
+    def row(index: int, case: tuple[Any, ...]) -> dict[str, Any]:
+        node, role, reason, leader, partition = case
+        return {
+            "topic": f"t{index % 3}",
+            "partition": partition,
+            "ts": 1000 + index,
+            "leader_epoch": index,
+            "leader": leader,
+            "node": node,
+            "role": role,
+            "reason": reason,
+            "file_id": index % 2,
+            "block": 0,
+            "mid": index,
+        }
+
+    rows = [row(index, case) for index, case in enumerate(cases)]
+    _role_changes(kinds, "part-0.parquet", rows[:7])
+    # The second file holds no log-dir failure: without a reason column, its records have none.
+    _role_changes(kinds, "part-1.parquet", [dict(r, reason=None) for r in rows[7:]], with_reason=False)
+    files = events_files.EventsFiles(str(tmp_path / "events"), None)
+
+    def recorder(node: str) -> int | None:
+        return events_files.node_id(node) if events_files.has_role(node, "broker") else None
+
+    for shares in (1, 2, 3):
+        for share in range(shares):
+            expected = sorted(
+                (r["mid"], r["role"] == "leader")
+                for r in rows
+                if r["leader"] is not None
+                and recorder(r["node"]) == r["leader"]
+                and (r["role"] == "leader" or (r["role"], r["reason"]) == ("stopped", "log_dir_failure"))
+                and (r["partition"] or 0) % shares == share
+            )
+            found = offline_files.own_rows(files, share, shares).to_pylist()
+            assert sorted((r["mid"], r["change_code"] == offline_scan.REGAINED) for r in found) == expected, (
+                share,
+                shares,
+            )
+            assert all(
+                r["topic"] == f"t{r['mid'] % 3}" and r["cause"] in (None, "leader_log_dir_failed") for r in found
+            )
+    # Every case the rule keeps was met: leaderships of both signs' partitions, a log-dir loss.
+    every = offline_files.own_rows(files, 0, 1).to_pylist()
+    assert sorted(r["mid"] for r in every) == [0, 3, 7, 8, 9, 10, 12]
+    assert [r["cause"] for r in every if r["mid"] == 3] == ["leader_log_dir_failed"]
