@@ -73,9 +73,12 @@ class EventsFiles:
         columns: Mapping[str, Any],
         node_prefix: str | None = None,
         nodes: Sequence[str] | None = None,
+        with_cluster: bool = True,
+        with_position: bool = True,
     ) -> Any:
         """The records of `kind` (every kind: None) with `columns` (name: Arrow type; file_id,
-        block and mid are there too) and a `cluster` column; a column a kind's files lack is
+        and with_position block and mid, are there too) and, `with_cluster`, a `cluster` column
+        (else cluster_codes gives it from the file ids); a column a kind's files lack is
         null, as Spark's reader with the table's schema gives it. A string column asked for as
         dictionary_string() is read dictionary-encoded, as the files hold it (no string per row).
         `node_prefix`: only nodes named so, which the files' statistics of `node` mostly decide
@@ -84,14 +87,17 @@ class EventsFiles:
         import pyarrow as pa
         import pyarrow.dataset as ds
 
-        fields = {**columns, "file_id": pa.int32(), "block": pa.int64(), "mid": pa.int64()}
+        fields = {**columns, "file_id": pa.int32()}
+        if with_position:
+            fields.update({"block": pa.int64(), "mid": pa.int64()})
         wanted = pa.schema([pa.field(name, kind_type) for name, kind_type in fields.items()])
         encoded = [name for name, kind_type in fields.items() if pa.types.is_dictionary(kind_type)]
         directory = os.path.join(self.events_dir, USABLE_DIR)
         if kind is not None:
             directory = os.path.join(directory, f"kind_group={kind}")
         if not os.path.isdir(directory):
-            return _with_column(wanted.empty_table(), "cluster", pa.array([], pa.string()))
+            empty = wanted.empty_table()
+            return _with_column(empty, "cluster", pa.array([], pa.string())) if with_cluster else empty
         file_format = (
             ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=encoded))
             if encoded
@@ -107,7 +113,25 @@ class EventsFiles:
             named = ds.field("node").isin(sorted(nodes))
             condition = named if condition is None else condition & named
         table = found.to_table(filter=condition).replace_schema_metadata(None)
-        return _with_column(table, "cluster", self._clusters_of(table["file_id"]))
+        return _with_column(table, "cluster", self._clusters_of(table["file_id"])) if with_cluster else table
+
+    def cluster_codes(self, file_ids: Any) -> tuple[Any, list[str]]:
+        """Each row's cluster (cluster(): the `cluster` column read() gives) as an index into
+        the names returned, -1 for none, as a numpy array: no string per row."""
+        import numpy as np
+        import pyarrow.compute as pc
+
+        if self.clusters is None:
+            return np.zeros(len(file_ids), dtype=np.int64), ["default"]
+        names = sorted({name for name in self.clusters.values() if name is not None})
+        index = {name: code for code, name in enumerate(names)}
+        known = {file_id: name for file_id, name in self.clusters.items() if name is not None and file_id >= 0}
+        lookup = np.full(max(known, default=-1) + 2, -1, dtype=np.int64)  # the last entry: no file
+        for file_id, name in known.items():
+            lookup[file_id] = index[name]
+        ids = pc.fill_null(file_ids, -1).to_numpy().astype(np.int64)
+        ids[(ids < 0) | (ids >= len(lookup))] = len(lookup) - 1
+        return lookup[ids], names
 
     def _clusters_of(self, file_ids: Any) -> Any:
         import pyarrow as pa

@@ -248,3 +248,51 @@ def test_the_own_rows_are_the_leaders_own_role_changes_of_the_share(tmp_path: pa
     every = offline_files.own_rows(files, 0, 1).to_pylist()
     assert sorted(r["mid"] for r in every) == [0, 3, 7, 8, 9, 10, 12]
     assert [r["cause"] for r in every if r["mid"] == 3] == ["leader_log_dir_failed"]
+
+
+@pytest.mark.parametrize(
+    "clusters", [None, {0: "east", 1: "west", 2: None, 4: "east", 7: "north"}, {}], ids=["one", "by_dir", "none"]
+)
+def test_cluster_codes_name_the_clusters_read_gives(clusters: dict[int, str | None] | None) -> None:
+    """EventsFiles.cluster_codes (the lost brokers' records read without a cluster column) names
+    each row's cluster as the `cluster` column of EventsFiles.read does: for files of a known
+    cluster, of none, unknown ids and rows without a file id."""
+    import pyarrow as pa
+
+    from controller_svc.analytics import events_files
+
+    files = events_files.EventsFiles("/nonexistent", clusters)
+    file_ids = pa.chunked_array([[0, 1, None, 2], [3, 4, 7, 8, -1], []], pa.int32())
+    codes, names = files.cluster_codes(file_ids)
+    expected = files._clusters_of(file_ids).to_pylist()
+    assert [None if code < 0 else names[code] for code in codes.tolist()] == expected
+    assert len(set(names)) == len(names)
+    if clusters:
+        assert expected == ["east", "west", None, None, None, "east", "north", None, None]
+
+
+def test_dictionary_codes_are_one_numbering_over_the_chunks() -> None:
+    """offline_files._dictionary_codes: chunks each with a dictionary of its own (one per file
+    read), nulls as -1, one code per distinct value."""
+    import pyarrow as pa
+
+    from controller_svc.analytics import offline_files
+
+    def chunk(values: list[str | None]) -> Any:
+        return pa.array(values, pa.string()).dictionary_encode()
+
+    column = pa.chunked_array(
+        [chunk(["b-2", "b-1", "b-2"]), chunk([None, "b-3", "b-1"]), chunk([]), chunk(["b-3", None])]
+    )
+    codes, names = offline_files._dictionary_codes(column)
+    assert [None if code < 0 else names[code] for code in codes.tolist()] == [
+        "b-2",
+        "b-1",
+        "b-2",
+        None,
+        "b-3",
+        "b-1",
+        "b-3",
+        None,
+    ]
+    assert sorted(names) == ["b-1", "b-2", "b-3"]
