@@ -79,9 +79,40 @@ def read_all(rows_dir: str) -> Any:
 
 def sorted_by(table: Any, columns: Sequence[str]) -> Any:
     """The table in ascending order of `columns`, nulls first as Spark's ascending order has them."""
+    return table.take(sort_order(table, columns))
+
+
+def sort_order(table: Any, columns: Sequence[str]) -> Any:
+    """The row numbers of `table` (a numpy array) in ascending order of `columns`, nulls first,
+    ties in the table's order: Arrow's stable sort_indices, made by numpy's lexsort over integer keys where
+    every column is an integer or a string. Arrow compares the next column's values for each tie
+    of the previous ones, strings as strings: the offline intervals' ~850k rows a task at 10M
+    events sorted by 11 columns (3 of them strings) in 0.9 s, and in 0.3 s so."""
+    import numpy as np
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    return table.take(pc.sort_indices(table, sort_keys=[(name, "ascending", "at_start") for name in columns]))
+    keys = []  # the first column's first
+    for name in columns:
+        column = table[name]
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            # Each string as its rank among the column's distinct strings (Arrow orders them by
+            # their bytes, as it would the rows); null as -1, first.
+            distinct = pc.drop_null(pc.unique(column))
+            distinct = distinct.take(pc.sort_indices(distinct))
+            keys.append(pc.fill_null(pc.index_in(column, value_set=distinct), -1).to_numpy().astype(np.int64))
+        elif pa.types.is_integer(column.type):
+            if column.null_count:
+                # Null before any value (the least int64 included): a key of its own first.
+                keys.append(pc.is_valid(column).to_numpy(zero_copy_only=False).astype(np.int8))
+            keys.append(pc.fill_null(column, 0).to_numpy())
+        else:
+            return pc.sort_indices(table, sort_keys=[(name, "ascending", "at_start") for name in columns]).to_numpy()
+    # A key with one value orders nothing.
+    keys = [key for key in keys if len(key) and key.min() != key.max()]
+    if not keys:
+        return np.arange(table.num_rows)
+    return np.lexsort(keys[::-1])
 
 
 def write_part(table: Any, directory: str, share: int, compression: str = "snappy") -> None:
