@@ -113,7 +113,11 @@ class EventsFiles:
             named = ds.field("node").isin(sorted(nodes))
             condition = named if condition is None else condition & named
         table = found.to_table(filter=condition).replace_schema_metadata(None)
-        return _with_column(table, "cluster", self._clusters_of(table["file_id"])) if with_cluster else table
+        return self.with_clusters(table) if with_cluster else table
+
+    def with_clusters(self, table: Any) -> Any:
+        """`table` (read without its cluster) with the `cluster` column read() gives."""
+        return _with_column(table, "cluster", self._clusters_of(table["file_id"]))
 
     def cluster_codes(self, file_ids: Any) -> tuple[Any, list[str]]:
         """Each row's cluster (cluster(): the `cluster` column read() gives) as an index into

@@ -101,6 +101,7 @@ def own_rows(files: EventsFiles, share: int, shares: int) -> Any:
         "partition.role_changed",
         {"topic": text, **longs, "leader": pa.int64(), "node": text, "role": text, "reason": text},
         node_prefix=BROKER_PREFIX,
+        with_cluster=False,
     )
     is_leader = _flags(pc.equal(roles["role"], "leader"))
     log_dir_failed = _flags(pc.and_(pc.equal(roles["role"], "stopped"), pc.equal(roles["reason"], "log_dir_failure")))
@@ -113,7 +114,8 @@ def own_rows(files: EventsFiles, share: int, shares: int) -> Any:
         & (is_leader | log_dir_failed)
     )
     keep = own & partition_tasks.share_mask(roles["partition"], share, shares)
-    roles, leader = roles.filter(pa.array(keep)), is_leader[keep]
+    # Their clusters once filtered (a string per row).
+    roles, leader = files.with_clusters(roles.filter(pa.array(keep))), is_leader[keep]
     schema = offline_scan.rows_schema()
 
     def rows(table: Any, regained: Any, cause: Any, new_leader: Any) -> Any:
