@@ -42,6 +42,7 @@ from controller_svc.analytics import (
     invariants,
     leader_epochs,
     leadership_scan,
+    node_index,
     offline_files,
     partition_tasks,
     report,
@@ -242,7 +243,17 @@ def analyze(
             if (
                 scans_dir is not None
                 and leaders_dir is not None
-                and _offline_files(spark, out, cluster_by, file_rows, per_cluster_events, leaders_dir, scans_dir, clock)
+                and _offline_files(
+                    spark,
+                    out,
+                    cluster_by,
+                    file_rows,
+                    per_cluster_events,
+                    leaders_dir,
+                    scans_dir,
+                    from_tasks.nodes,
+                    clock,
+                )
             ):
                 # The table is local, and the driver's Python has Arrow and numpy (_scans_dir).
                 with clock.step("offline_figures"):
@@ -572,12 +583,14 @@ def _offline_files(
     per_cluster: dict[str, dict[str, Any]],
     leaders_dir: str,
     scans_dir: str,
+    nodes: node_index.TaskNodes | None,
     clock: StepClock,
 ) -> bool:
     """Step offline_intervals: the table written by offline_files.py's tasks from the events
     table's local files and leadership_scan's timeline (`leaders_dir`), with no Spark query,
-    working in `scans_dir`. False when that failed (logged): Spark's queries write it then,
-    the same rows."""
+    working in `scans_dir`; the lost brokers' signs of life from the fast path's node times
+    (`nodes`) when they cover every file. False when that failed (logged): Spark's queries
+    write it then, the same rows."""
     local_out = census.local_path(out)
     assert local_out is not None  # _scans_dir: OUTDIR is local
     liveness = [(name, node) for name, seen in per_cluster.items() for node in seen["liveness"]]
@@ -591,6 +604,7 @@ def _offline_files(
                 leaders_dir,
                 work_dir,
                 os.path.join(local_out, "offline_intervals"),
+                nodes.times_dir if nodes is not None and not nodes.other_files else None,
             )
             return True
         except Exception as e:

@@ -119,7 +119,8 @@ def test_the_job_writes_the_offline_intervals_from_the_files_and_falls_back_to_s
     spark_paths: list[str] = []
 
     def recording(*args: Any) -> Any:
-        written.append(pathlib.Path(args[-1]).name)
+        # (spark, files, liveness, leaders_dir, work_dir, table_dir, node_times_dir)
+        written.extend(pathlib.Path(path).name for path in args[5:])
         return real_write(*args)
 
     caplog.set_level(logging.WARNING, logger="analytics")
@@ -128,7 +129,8 @@ def test_the_job_writes_the_offline_intervals_from_the_files_and_falls_back_to_s
         patch.setattr(offline_scan, "intervals", lambda *args: spark_paths.append("scan") or 1 // 0)
         patch.setattr(record_search, "answers", lambda *args: spark_paths.append(str(args[5])) or 1 // 0)
         from_files = runs.analyze(spark, tmp_path / "logs", tmp_path / "files", {job.SCAN_TIMELINES_CONF: True})
-    assert written == ["offline_intervals"] and spark_paths == []
+    # Every file was read by the fast path: the lost brokers' signs of life from its node times.
+    assert written == ["offline_intervals", "_node_times"] and spark_paths == []
     assert "could not be computed from the files" not in caplog.text
     assert not (tmp_path / "files" / job.SCANS_DIR).exists()
     by_spark = runs.analyze(spark, tmp_path / "logs", tmp_path / "spark", {job.SCAN_TIMELINES_CONF: False})
@@ -296,3 +298,40 @@ def test_dictionary_codes_are_one_numbering_over_the_chunks() -> None:
         None,
     ]
     assert sorted(names) == ["b-1", "b-2", "b-3"]
+
+
+def test_the_lost_brokers_signs_of_life_from_the_node_times_are_the_records(spark: Any, tmp_path: pathlib.Path) -> None:
+    """The lost brokers' losses and last signs of life (broker_losses) found from the fast path's
+    node times (each chunk's distinct record times per node) are those found from every record
+    of the events table, in two clusters; and with node times the events table's records are
+    not read for them."""
+    from controller_svc.analytics import events_files, ingest, offline_files, timelines
+    from controller_svc.analytics.ingest import ClusterBy
+
+    cluster_by = ClusterBy("dir")
+    found_alive = 0
+    read_kinds: list[str | None] = []
+    real_read = events_files.EventsFiles.read
+
+    def recording(self: Any, kind: str | None, *args: Any, **kwargs: Any) -> Any:
+        read_kinds.append(kind)
+        return real_read(self, kind, *args, **kwargs)
+
+    for seed in (1, 2):
+        logs, out = tmp_path / f"logs-{seed}", tmp_path / f"out-{seed}"
+        random_partitions.history(logs, seed)
+        records = ingest.ingest(spark, [str(logs)], str(out))
+        assert records.nodes is not None and not records.nodes.other_files
+        events = ingest.events(spark, str(out), cluster_by)
+        liveness = [(row["cluster"], row["node"]) for row in timelines.writers_of_liveness(events).collect()]
+        files = events_files.events_files(str(out), cluster_by, ingest.file_rows(spark, str(out)))
+        from_records = offline_files.broker_losses(files, liveness)
+        read_kinds.clear()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(events_files.EventsFiles, "read", recording)
+            from_times = offline_files.broker_losses(files, liveness, records.nodes.times_dir)
+        assert None not in read_kinds and "broker.change" in read_kinds
+        assert from_times.equals(from_records), seed
+        found_alive += from_times.num_rows - from_times["alive_ts"].null_count
+    # Losses with a last sign of life were found, in both clusters' histories.
+    assert found_alive > 0
