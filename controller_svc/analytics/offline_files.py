@@ -98,7 +98,8 @@ def own_rows(files: EventsFiles, share: int, shares: int) -> Any:
     offline = partition_tasks.in_share(files.read("partition.offline", {"topic": pa.string(), **longs}), share, shares)
     # The role changes are most of the records (5M of 10M events) and every task reads them
     # all, to keep a sixth: their strings stay dictionary-encoded as the files hold them, and
-    # the rows are filtered once, by one mask (10M events: 0.8 s a task instead of 1.4-2.7 s).
+    # the rows are filtered once, by one mask (10M events, one core: 1.0-1.2 s a task instead
+    # of 1.55-1.94 s).
     text = dictionary_string()
     roles = files.read(
         "partition.role_changed",
