@@ -1,4 +1,5 @@
-"""`controller-svc analyze LOGDIR... --out OUTDIR [--master URL]` (contract 6).
+"""`controller-svc analyze LOGDIR... --out OUTDIR [--master URL | --service ADDR]` (contract 6),
+and `controller-svc analyze-service` (service.py: the same analysis in a kept Spark session).
 
 Exit codes: 0 no violations, 1 at least one violation, 2 bad input or no result (missing
 paths, no records, unreadable files, no Spark or Java 17+). Only a finished analysis exits 0 or 1."""
@@ -38,7 +39,16 @@ def register(sub: Any) -> None:
         help="directories (every *.state-change.jsonl[.gz] below them) or files; any Spark-readable path",
     )
     analyze.add_argument("--out", required=True, metavar="OUTDIR", help="where the tables and the report go")
-    analyze.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
+    analyze.add_argument("--master", default=None, help="Spark master URL (default local[*])")
+    analyze.add_argument(
+        "--service",
+        metavar="ADDR",
+        help=(
+            "have the analysis service at ADDR (host:port or unix:PATH; `controller-svc analyze-service`) run "
+            "the analysis in its kept Spark session, without this command's Spark start-up; paths are sent "
+            "absolute and must be readable (OUTDIR writable) by the service's process"
+        ),
+    )
     analyze.add_argument(
         "--cluster-by",
         choices=("none", "dir"),
@@ -53,6 +63,34 @@ def register(sub: Any) -> None:
         help="a Spark setting (repeatable), e.g. spark.hadoop.fs.s3a.endpoint=...",
     )
     analyze.add_argument("--json", action="store_true", help="print summary.json instead of the readable summary")
+
+    from controller_svc.analytics import service
+
+    serve = sub.add_parser(
+        "analyze-service",
+        help="keep a Spark session and run `analyze --service` requests in it, one at a time",
+        description=(
+            "Starts Spark once and serves kcontroller.v1.Analysis (gRPC, with health and reflection) until "
+            "SIGTERM: each request is `analyze` in the kept session, without the JVM's and Spark's start-up. "
+            "It reads and writes the paths requests name, as its own user: keep it on loopback, a Unix "
+            "socket, or mutual TLS (KCONTROLLER_TLS_*)."
+        ),
+    )
+    serve.add_argument(
+        "--listen",
+        default=service.DEFAULT_LISTEN,
+        help=f"host:port or unix:PATH (default {service.DEFAULT_LISTEN}; port 0: a free one, printed)",
+    )
+    serve.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
+    serve.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting (repeatable)")
+    serve.add_argument(
+        "--max-queued",
+        type=int,
+        default=service.DEFAULT_MAX_QUEUED,
+        help=f"requests that may wait behind the running analysis (default {service.DEFAULT_MAX_QUEUED})",
+    )
+    serve.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve Prometheus metrics on /metrics")
+    serve.add_argument("--log-level", default="INFO", help="default INFO")
 
 
 def parse_conf(pairs: list[str]) -> dict[str, str]:
@@ -80,8 +118,11 @@ def readable(summary: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.service:
+        return _analyze_in_service(args)
     from controller_svc.analytics import session
 
+    args.master = args.master or "local[*]"
     try:
         conf = parse_conf(args.conf)
         java_setup = session.check_runtime()
@@ -131,9 +172,55 @@ def _analyze(spark: SparkSession, args: argparse.Namespace, prefetch: census.Pre
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
-    if args.json:
-        print(json.dumps(outcome.summary, indent=2))
-    else:
-        print(readable(outcome.summary))
-        print(f"summary: {outcome.summary_path}\nreport:  {outcome.report_path}")
+    print_outcome(outcome.summary, outcome.summary_path, outcome.report_path, args.json)
     return outcome.exit_code
+
+
+def _analyze_in_service(args: argparse.Namespace) -> int:
+    """`analyze ... --service ADDR`: the same output and exit codes as a local analysis."""
+    import grpc
+
+    from controller_svc.analytics import service
+    from controller_svc.common.errors import ErrorCode
+
+    if args.master is not None or args.conf:
+        print("analyze: --master and --conf are the service's own settings, not a request's", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        response = service.request_analysis(args.service, args.logdirs, args.out, args.cluster_by)
+    except ValueError as e:  # the TLS settings
+        print(f"analyze: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except grpc.RpcError as e:
+        print(f"analyze: the analysis service at {args.service}: {e.code().name}: {e.details()}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if response.error_code != ErrorCode.NONE:
+        known = response.error_code in ErrorCode._value2member_map_
+        name = ErrorCode(response.error_code).name if known else str(response.error_code)
+        print(f"analyze: {response.error_message} ({name})", file=sys.stderr)
+        return int(response.exit_code) or EXIT_BAD_INPUT
+    summary = json.loads(response.summary_json)
+    print_outcome(summary, response.summary_path, response.report_path, args.json)
+    return int(response.exit_code)
+
+
+def run_service(args: argparse.Namespace) -> int:
+    """`controller-svc analyze-service`."""
+    from controller_svc.analytics import service
+
+    try:
+        conf = parse_conf(args.conf)
+        if args.max_queued < 0:
+            raise ValueError(f"--max-queued {args.max_queued}: expected 0 or more")
+    except ValueError as e:
+        print(f"analyze-service: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return service.run_service(args.master, conf, args.listen, args.max_queued, args.metrics_listen, args.log_level)
+
+
+def print_outcome(summary: dict[str, Any], summary_path: str, report_path: str, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(readable(summary))
+        print(f"summary: {summary_path}\nreport:  {report_path}")

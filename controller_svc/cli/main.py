@@ -133,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return describe_cluster(args)
     if args.command == "analyze":
         return cli_analyze.run(args)
+    if args.command == "analyze-service":
+        return cli_analyze.run_service(args)
     if args.command == "health":
         return check_health(args.address, args.timeout_s)
     if args.command == "controller":

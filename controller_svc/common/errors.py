@@ -38,6 +38,8 @@ class ErrorCode(enum.IntEnum):
     ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
     ELECTION_NOT_NEEDED = 84
     NO_REASSIGNMENT_IN_PROGRESS = 85
+    # The analysis service's queue is full (analytics/service.py).
+    THROTTLING_QUOTA_EXCEEDED = 89
     INVALID_UPDATE_VERSION = 95
 
 

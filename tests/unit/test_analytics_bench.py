@@ -62,3 +62,17 @@ def test_each_step_gets_the_classes_compiled_since_the_previous_step() -> None:
         {"step": "clusters", "classes": 0, "janino_s": 0.0},
         {"step": "leadership", "classes": 47, "janino_s": 2.5},
     ]
+
+
+def test_the_split_covers_the_modes_asked_for() -> None:
+    # bench.analytics_service splits the service's command and the cold one.
+    results = [
+        {"events": 1_000_000, "service_s": 6.0, "cold_s": 14.0},
+        {"events": 10_000_000, "service_s": 33.0, "cold_s": 41.0},
+    ]
+    split = analytics.cost_per_event(results, modes=("service", "cold"))
+    assert split["service_marginal_seconds_per_million"] == pytest.approx(3.0)
+    assert split["service_fixed_s"] == pytest.approx(3.0)
+    assert split["service_seconds_per_million_smallest"] == 6.0
+    assert split["cold_fixed_s"] == pytest.approx(11.0)
+    assert not any(key.startswith("warm_") for key in split)
