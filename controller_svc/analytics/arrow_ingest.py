@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import codecs
 import functools
+import heapq
 import itertools
 import os
 import uuid
@@ -38,12 +39,20 @@ from typing import Any
 
 from controller_svc.analytics import census, leader_epochs, node_index, schema
 
-# A task's share of a file: 1.6 GB of logs (10M records) make 36 tasks, enough for 2 cores to
-# finish together (largest first, ingest._fast_path), few enough files per kind for the readers.
+# A chunk of a file: 1.6 GB of logs (10M records) make 36, dealt to the tasks (task_groups) so that 2 cores
+# finish together, few enough files per kind for the readers.
 CHUNK_BYTES = 64 << 20
 # What the tasks' files are named: part of how a turned-down file's chunks are found and removed.
 FILE_PREFIX = "arrow-"
 BLOCK_BYTES = 8 << 20
+# A Python task costs tens of milliseconds of scheduling and hand-off to a Python worker whatever
+# it does (a job of 33 trivial Python tasks took 1.1-1.3 s on 2 cores warm, of 4 tasks 0.2 s,
+# of 33 JVM tasks 0.4 s): the 33 files of 1M events paid it as much as the 33 of 10M. Small
+# chunks are therefore dealt to fewer tasks (task_count, task_groups): this many per core, or
+# one per CHUNK_BYTES of input when there is more (a large task's cost is then a small part of
+# its work, and more tasks than cores keep the cores' ends close: 8 tasks for 10M events ended
+# later than 33 in one warm A/B).
+TASKS_PER_CORE = 4
 # Where the tasks write the leader-epoch check's candidates (leader_epochs.py), inside the
 # events table's directory: Spark's file listing skips a name beginning with `_`, so the
 # table's readers never see them, and whatever clears the table clears them.
@@ -253,6 +262,36 @@ def _census(data: bytes) -> str | None:
     except UnicodeDecodeError:
         return "invalid UTF-8"
     return why
+
+
+def task_count(chunks: Sequence[Chunk], cores: int) -> int:
+    """How many tasks the fast path's chunks go to: TASKS_PER_CORE per core, or one per
+    CHUNK_BYTES of input if that is more, never more than the chunks."""
+    total = sum(chunk.end - chunk.start for chunk in chunks)
+    return min(len(chunks), max(max(1, cores) * TASKS_PER_CORE, -(-total // CHUNK_BYTES)))
+
+
+def task_groups(chunks: Sequence[Chunk], tasks: int) -> list[tuple[Chunk, ...]]:
+    """The chunks dealt to at most `tasks` tasks: each chunk, largest first, to the task with
+    the fewest bytes so far (LPT scheduling: no task ends more than one chunk's bytes after
+    another), and the tasks largest first, since Spark runs them in order and the last wave is
+    then of the smallest."""
+    count = max(1, min(tasks, len(chunks)))
+    groups: list[list[Chunk]] = [[] for _ in range(count)]
+    loads = [(0, index) for index in range(count)]
+    for chunk in sorted(chunks, key=lambda c: (c.start - c.end, c.file_id, c.start)):
+        load, index = heapq.heappop(loads)
+        groups[index].append(chunk)
+        heapq.heappush(loads, (load + chunk.end - chunk.start, index))
+    sized = sorted(loads, key=lambda entry: (-entry[0], entry[1]))
+    return [tuple(groups[index]) for _, index in sized if groups[index]]
+
+
+def ingest_chunks(
+    chunks: Sequence[Chunk], events_dir: str, check_leader_epochs: bool = False, index_nodes: bool = False
+) -> list[Outcome]:
+    """ingest_chunk of each chunk of one task, in turn."""
+    return [ingest_chunk(chunk, events_dir, check_leader_epochs, index_nodes) for chunk in chunks]
 
 
 def ingest_chunk(

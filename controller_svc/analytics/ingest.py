@@ -338,16 +338,16 @@ def _fast_path(
     by_id = {ids[by_local[local(file)]]: file for file in fast if file not in unnamed}
     file_ids = {file_id: local(file) for file_id, file in by_id.items()}
     chunks = [chunk for file_id, path in sorted(file_ids.items()) for chunk in arrow_ingest.chunks_of(file_id, path)]
-    # Largest first: Spark runs tasks in order, and the last wave is then of the smallest.
-    chunks.sort(key=lambda chunk: chunk.start - chunk.end)
+    context = spark.sparkContext
+    groups = arrow_ingest.task_groups(chunks, arrow_ingest.task_count(chunks, context.defaultParallelism))
     check_leader_epochs = boolean_setting(spark, LEADER_EPOCHS_IN_TASKS_CONF)
     index_nodes = boolean_setting(spark, NODE_INDEX_IN_TASKS_CONF)
     try:
         outcomes: list[arrow_ingest.Outcome] = (
-            spark.sparkContext.parallelize(chunks, max(1, len(chunks)))
-            .map(
+            context.parallelize(groups, max(1, len(groups)))
+            .flatMap(
                 functools.partial(
-                    arrow_ingest.ingest_chunk,
+                    arrow_ingest.ingest_chunks,
                     events_dir=events_dir,
                     check_leader_epochs=check_leader_epochs,
                     index_nodes=index_nodes,
@@ -361,6 +361,8 @@ def _fast_path(
         log.warning("the ingest's fast path failed; Spark's readers read its files: %s", str(e).splitlines()[0])
         arrow_ingest.clear(events_dir)
         return FastPathResult(list(fast), frozenset(), [], [], False)
+    # In the files' order, so that a file's first turned-down chunk gives the reason.
+    outcomes.sort(key=lambda outcome: (outcome.file_id, outcome.start))
     turned_down: dict[int, str] = {}
     for outcome in outcomes:
         if outcome.rejected is not None and outcome.file_id not in turned_down:
@@ -369,10 +371,11 @@ def _fast_path(
         log.info("%s is read by Spark's readers (the fast path turned it down: %s)", file_ids[file_id], why)
         arrow_ingest.remove_written(events_dir, file_id)
     log.info(
-        "the fast path wrote %d records of %d files from %d chunks",
+        "the fast path wrote %d records of %d files from %d chunks in %d tasks",
         sum(outcome.rows for outcome in outcomes if outcome.file_id not in turned_down),
         len(file_ids) - len(turned_down),
         len(chunks),
+        len(groups),
     )
     return FastPathResult(
         turned_down=[*unnamed, *(by_id[file_id] for file_id in sorted(turned_down))],
