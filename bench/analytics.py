@@ -179,6 +179,16 @@ def cost_per_event(results: list[dict[str, Any]], modes: tuple[str, ...] = ("col
     return split
 
 
+def answers_match(summaries: list[dict[str, Any]], expected: dict[str, Any]) -> bool:
+    """Every run's summary has the history's known answers (synthetic.Expected)."""
+    return all(
+        s["violations"] == expected["violations"]
+        and s["availability"]["failovers"] == expected["failovers"]
+        and s["availability"]["offline_intervals"] == expected["offline_intervals"]
+        for s in summaries
+    )
+
+
 def _median_run(runs: list[tuple[float, dict[str, Any]]]) -> tuple[float, dict[str, Any]]:
     """The run at the median time (the lower middle one of an even number), with its summary."""
     return sorted(runs, key=lambda run: run[0])[(len(runs) - 1) // 2]
@@ -305,12 +315,7 @@ def main() -> None:
                 # concurrent branches, so their times overlap.
                 "cold_step_spans_s": cold_summary.get("step_spans_s"),
                 "warm_step_spans_s": summary.get("step_spans_s"),
-                "answers_match": all(
-                    s["violations"] == expected["violations"]
-                    and s["availability"]["failovers"] == expected["failovers"]
-                    and s["availability"]["offline_intervals"] == expected["offline_intervals"]
-                    for s in [run[1] for run in warm + cold[size]]
-                ),
+                "answers_match": answers_match([run[1] for run in warm + cold[size]], expected),
             }
         )
         print(json.dumps(results[-1]), flush=True)

@@ -164,6 +164,8 @@ class Analyses:
         self._turn = asyncio.Lock()
         self._admitted = 0  # requests waiting or running
         self._metrics = service_metrics
+        # Made on the event loop (serve): where the analysis thread reports a lost JVM.
+        self._loop = asyncio.get_running_loop()
         self.closing = False
         self.broken = asyncio.Event()
         self._idle = asyncio.Event()
@@ -241,11 +243,7 @@ class Analyses:
         return answer_of(outcome, queued_s, analysis_s)
 
     def _spark_lost(self) -> None:
-        loop = self._loop
-        loop.call_soon_threadsafe(self.broken.set)
-
-    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        self._loop.call_soon_threadsafe(self.broken.set)
 
     def _counted(self, answer: Answer) -> Answer:
         self._metrics.REQUESTS.labels(answer.outcome).inc()
@@ -262,6 +260,7 @@ class Analyses:
 def servicer(analyses: Analyses) -> Any:
     import grpc
 
+    from controller_svc.analytics import service_metrics
     from kcontroller.v1 import analysis_pb2_grpc
 
     class AnalysisServicer(analysis_pb2_grpc.AnalysisServicer):
@@ -271,7 +270,7 @@ def servicer(analyses: Analyses) -> Any:
             try:
                 answer = await analyses.submit(list(request.logdirs), request.out, request.cluster_by)
             except SessionBrokenError as e:
-                analyses._metrics.REQUESTS.labels("unavailable").inc()
+                service_metrics.REQUESTS.labels("unavailable").inc()
                 await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
             return answer.response()
 
@@ -287,7 +286,6 @@ async def serve(spark: SparkSession, listen: str, max_queued: int, ready: Any = 
 
     analyses = Analyses(spark, max_queued)
     loop = asyncio.get_running_loop()
-    analyses.bind_loop(loop)
     server = grpc.aio.server()
     analysis_pb2_grpc.add_AnalysisServicer_to_server(servicer(analyses), server)
     health = grpc_common.Health(server, [SERVICE_NAME])

@@ -89,7 +89,6 @@ def stand_in(monkeypatch: pytest.MonkeyPatch) -> StandIn:
 
 async def test_one_analysis_at_a_time_in_arrival_order_and_a_full_queue_refused(stand_in: StandIn) -> None:
     analyses = service.Analyses(spark=object(), max_queued=1)  # type: ignore[arg-type]
-    analyses.bind_loop(asyncio.get_running_loop())
     first = asyncio.ensure_future(analyses.submit(["/l"], "/a", ""))
     await _until(lambda: stand_in.started == ["/a"])
     second = asyncio.ensure_future(analyses.submit(["/l"], "/broken", ""))
@@ -117,7 +116,6 @@ async def test_one_analysis_at_a_time_in_arrival_order_and_a_full_queue_refused(
 
 async def test_bad_input_and_a_failed_analysis_are_answers_and_the_next_analysis_runs(stand_in: StandIn) -> None:
     analyses = service.Analyses(spark=object(), max_queued=0)  # type: ignore[arg-type]
-    analyses.bind_loop(asyncio.get_running_loop())
     relative = await analyses.submit(["logs"], "/o", "")
     assert (relative.error_code, relative.exit_code, relative.outcome) == (ErrorCode.INVALID_REQUEST, 2, "bad_input")
     assert stand_in.started == []  # refused before any Spark work
@@ -137,7 +135,6 @@ async def test_bad_input_and_a_failed_analysis_are_answers_and_the_next_analysis
 
 async def test_a_lost_jvm_breaks_the_service(stand_in: StandIn, monkeypatch: pytest.MonkeyPatch) -> None:
     analyses = service.Analyses(spark=object(), max_queued=2)  # type: ignore[arg-type]
-    analyses.bind_loop(asyncio.get_running_loop())
     monkeypatch.setattr(service, "jvm_alive", lambda spark: False)
     stand_in.fail["/a"] = ConnectionError("Py4J: answer from Java side is empty")
     stand_in.open("/a")
@@ -151,7 +148,6 @@ async def test_a_lost_jvm_breaks_the_service(stand_in: StandIn, monkeypatch: pyt
 
 async def test_a_client_that_leaves_does_not_stop_its_analysis_nor_free_the_turn(stand_in: StandIn) -> None:
     analyses = service.Analyses(spark=object(), max_queued=2)  # type: ignore[arg-type]
-    analyses.bind_loop(asyncio.get_running_loop())
     first = asyncio.ensure_future(analyses.submit(["/l"], "/a", ""))
     await _until(lambda: stand_in.started == ["/a"])
     second = asyncio.ensure_future(analyses.submit(["/l"], "/b", ""))
@@ -168,7 +164,6 @@ async def test_a_client_that_leaves_does_not_stop_its_analysis_nor_free_the_turn
 
 async def test_draining_lets_the_running_analysis_end_and_refuses_the_waiting_ones(stand_in: StandIn) -> None:
     analyses = service.Analyses(spark=object(), max_queued=2)  # type: ignore[arg-type]
-    analyses.bind_loop(asyncio.get_running_loop())
     running = asyncio.ensure_future(analyses.submit(["/l"], "/a", ""))
     await _until(lambda: stand_in.started == ["/a"])
     waiting = asyncio.ensure_future(analyses.submit(["/l"], "/b", ""))
