@@ -26,8 +26,8 @@ import os
 import re
 import signal
 import sys
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -153,8 +153,7 @@ def jvm_alive(spark: SparkSession) -> bool:
 
 class Analyses:
     """The analyses of the service's one session, one at a time: the owner of the queue.
-    `submit` runs on the event loop; each analysis runs on the `analysis` thread (PySpark's
-    calls block)."""
+    `submit` runs on the event loop; each analysis runs on the `analysis` thread."""
 
     def __init__(self, spark: SparkSession, max_queued: int = DEFAULT_MAX_QUEUED) -> None:
         from controller_svc.analytics import service_metrics
@@ -170,6 +169,8 @@ class Analyses:
         self.broken = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        # The analyses' own thread: PySpark's calls block, and one analysis runs at a time.
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="analysis")
 
     async def submit(self, logdirs: list[str], out: str, cluster_by: str) -> Answer:
         from controller_svc.analytics.ingest import InputError
@@ -201,7 +202,7 @@ class Analyses:
                 log.info("analysis of %s into %s (waited %.1f s)", ", ".join(request.logdirs), request.out, queued_s)
                 # Shielded: a client that leaves does not stop its analysis half-way through
                 # OUTDIR; the queue's turn passes on only once the analysis has ended.
-                runner = asyncio.ensure_future(asyncio.to_thread(self._analyze, request, queued_s))
+                runner = self._loop.run_in_executor(self._thread, self._analyze, request, queued_s)
                 try:
                     answer = await asyncio.shield(runner)
                 except asyncio.CancelledError:
@@ -219,7 +220,6 @@ class Analyses:
         from controller_svc.analytics import job
         from controller_svc.analytics.ingest import InputError
 
-        threading.current_thread().name = "analysis"
         started = time.monotonic()
         try:
             outcome = job.analyze(self._spark, list(request.logdirs), request.out, request.cluster_by)
@@ -255,6 +255,7 @@ class Analyses:
         """Once closing: the running analysis ends, the waiting ones are refused."""
         self.closing = True
         await self._idle.wait()
+        self._thread.shutdown(wait=False)
 
 
 def servicer(analyses: Analyses) -> Any:
@@ -277,7 +278,7 @@ def servicer(analyses: Analyses) -> Any:
     return AnalysisServicer()
 
 
-async def serve(spark: SparkSession, listen: str, max_queued: int, ready: Any = None) -> int:
+async def serve(spark: SparkSession, listen: str, max_queued: int) -> int:
     """Serves until SIGTERM/SIGINT (0) or until Spark's JVM is lost (1)."""
     import grpc
 
