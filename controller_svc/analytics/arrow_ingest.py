@@ -49,10 +49,11 @@ BLOCK_BYTES = 8 << 20
 # it does (a job of 33 trivial Python tasks took 1.1-1.3 s on 2 cores warm, of 4 tasks 0.2 s,
 # of 33 JVM tasks 0.4 s): the 33 files of 1M events paid it as much as the 33 of 10M. Small
 # chunks are therefore dealt to fewer tasks (task_count, task_groups): this many per core, or
-# one per CHUNK_BYTES of input when there is more (a large task's cost is then a small part of
+# one per TASK_BYTES of input when there is more (a large task's cost is then a small part of
 # its work, and more tasks than cores keep the cores' ends close: 8 tasks for 10M events ended
 # later than 33 in one warm A/B).
 TASKS_PER_CORE = 4
+TASK_BYTES = 64 << 20
 # Where the tasks write the leader-epoch check's candidates (leader_epochs.py), inside the
 # events table's directory: Spark's file listing skips a name beginning with `_`, so the
 # table's readers never see them, and whatever clears the table clears them.
@@ -266,9 +267,9 @@ def _census(data: bytes) -> str | None:
 
 def task_count(chunks: Sequence[Chunk], cores: int) -> int:
     """How many tasks the fast path's chunks go to: TASKS_PER_CORE per core, or one per
-    CHUNK_BYTES of input if that is more, never more than the chunks."""
+    TASK_BYTES of input if that is more, never more than the chunks."""
     total = sum(chunk.end - chunk.start for chunk in chunks)
-    return min(len(chunks), max(max(1, cores) * TASKS_PER_CORE, -(-total // CHUNK_BYTES)))
+    return min(len(chunks), max(max(1, cores) * TASKS_PER_CORE, -(-total // TASK_BYTES)))
 
 
 def task_groups(chunks: Sequence[Chunk], tasks: int) -> list[tuple[Chunk, ...]]:

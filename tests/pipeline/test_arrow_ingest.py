@@ -179,7 +179,8 @@ def test_the_fast_path_writes_the_table_spark_would(
     assert "broker.shutdown without broker_epoch" in caplog.text
     assert "c-line-reader.state-change.jsonl is read by Spark's readers" in caplog.text
     assert "c-line-reader.state-change.jsonl is read line by line (a line does not begin with {)" in caplog.text
-    # Many chunks, in at most 4 tasks per core (local[2]): a task ingests several chunks in turn.
+    # Many small chunks (CHUNK_BYTES is 1 KB here, TASK_BYTES is not), in 4 tasks per core
+    # (local[2]): a task ingests several chunks in turn.
     dealt = re.search(r"from (\d+) chunks in (\d+) tasks", caplog.text)
     assert dealt is not None and int(dealt[1]) > 8 and int(dealt[2]) == 8, caplog.text[-2000:]
     # Narrow files: a kind's file holds only the columns its records carry.

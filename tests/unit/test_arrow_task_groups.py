@@ -46,11 +46,11 @@ def test_each_chunk_goes_to_the_task_with_the_fewest_bytes_so_far() -> None:
 
 
 def test_small_chunks_share_tasks_and_large_ones_keep_one_each_per_chunk_bytes() -> None:
-    from controller_svc.analytics.arrow_ingest import CHUNK_BYTES, TASKS_PER_CORE, task_count
+    from controller_svc.analytics.arrow_ingest import TASK_BYTES, TASKS_PER_CORE, task_count
 
     small = _chunks([5 << 20] * 33)  # 1M events: 33 files of ~5 MB
     assert task_count(small, 2) == 2 * TASKS_PER_CORE
-    large = _chunks([CHUNK_BYTES * 3 // 4] * 33)  # 10M events: 33 files of ~48 MB
-    assert task_count(large, 2) == -(-33 * (CHUNK_BYTES * 3 // 4) // CHUNK_BYTES) == 25
+    large = _chunks([TASK_BYTES * 3 // 4] * 33)  # 10M events: 33 files of ~48 MB
+    assert task_count(large, 2) == -(-33 * (TASK_BYTES * 3 // 4) // TASK_BYTES) == 25
     assert task_count(_chunks([10] * 3), 2) == 3
     assert task_count([], 2) == 0
