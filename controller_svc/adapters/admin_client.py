@@ -12,21 +12,16 @@ from typing import Any, TypeVar
 
 import grpc
 
+from controller_svc.adapters.admin_errors import AdminError as AdminError
 from controller_svc.adapters.zk import codecs, paths
 from controller_svc.adapters.zk.client import ZkClient
 from controller_svc.common import grpc_common, tls
-from controller_svc.common.errors import ControllerError, CorruptZnodeError, ErrorCode
+from controller_svc.common.errors import CorruptZnodeError, ErrorCode
 from kcontroller.v1 import controller_pb2, controller_pb2_grpc
 
 T = TypeVar("T")
 
 MAX_REDIRECTS = 3
-
-
-class AdminError(ControllerError):
-    def __init__(self, message: str, code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 async def find_active_controller(zookeeper: str, timeout_s: float = 30.0) -> str:

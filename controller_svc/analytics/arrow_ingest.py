@@ -181,11 +181,12 @@ def _by_kind(table: Any) -> dict[str, Any]:
     """The table's rows of each kind (in line order), for rows that have one. The kinds are
     told apart by their dictionary codes: one pass over the strings, then integer compares
     (a stable sort by code and one gather of the rows measured no faster)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     encoded = pc.dictionary_encode(table["kind"]).combine_chunks()
     return {
-        kind: table.filter(pc.equal(encoded.indices, code))
+        kind: table.filter(pc.equal(encoded.indices, pa.scalar(code, encoded.indices.type)))
         for code, kind in enumerate(encoded.dictionary.to_pylist())
         if kind is not None
     }
@@ -322,7 +323,9 @@ def ingest_chunk(
     rows = table.num_rows
     # 0, 1, 2, ... along the chunk's lines (Arrow's cumulative sum of ones, no Python loop),
     # before the rows are split by kind.
-    table = table.append_column("mid", pc.subtract(pc.cumulative_sum(_constant(rows, 1, pa.int64())), 1))
+    table = table.append_column(
+        "mid", pc.subtract(pc.cumulative_sum(_constant(rows, 1, pa.int64())), pa.scalar(1, pa.int64()))
+    )
     by_kind = _by_kind(table)
     why = _malformed(table, by_kind)
     if why is not None:

@@ -111,7 +111,11 @@ def record_schema() -> T.StructType:
 def list_inputs(spark: SparkSession, inputs: Sequence[str]) -> list[str]:
     """The log files to read, through Hadoop's FileSystem so that s3a:// and hdfs:// work too: a
     directory contributes every `*.state-change.jsonl[.gz]` below it, a file itself. A file
-    named twice (a directory and a file in it, overlapping directories) is read once."""
+    named twice (a directory and a file in it, overlapping directories) is read once.
+
+    A local directory is walked in Python (local_files), as Hadoop's listing would name its
+    files: Hadoop's listing costs a few Py4J calls per file, 0.2-0.3 s of every analysis of a
+    few dozen files, with a warm JVM a tenth of a run at 20k events."""
     if not inputs:
         raise InputError("no input paths given")
     jvm = spark.sparkContext._jvm
@@ -124,15 +128,60 @@ def list_inputs(spark: SparkSession, inputs: Sequence[str]) -> list[str]:
         if not fs.exists(hadoop_path):
             raise InputError(f"{path}: no such file or directory")
         status = fs.getFileStatus(hadoop_path)
+        qualified = str(fs.makeQualified(hadoop_path).toString())
         if not status.isDirectory():
-            files.add(str(fs.makeQualified(hadoop_path).toString()))
+            files.add(qualified)
             continue
-        listing = fs.listFiles(hadoop_path, True)
-        while listing.hasNext():
-            found = listing.next().getPath()
-            if fnmatch.fnmatchcase(str(found.getName()), STATE_CHANGE_GLOB):
-                files.add(str(fs.makeQualified(found).toString()))
+        local = local_files(qualified)
+        files.update(local if local is not None else hadoop_files(fs, hadoop_path))
     return sorted(files)
+
+
+def hadoop_files(fs: Any, directory: Any) -> list[str]:
+    """Hadoop's recursive listing of `directory` (a Hadoop Path on `fs`): the state-change logs'
+    qualified names."""
+    found: list[str] = []
+    listing = fs.listFiles(directory, True)
+    while listing.hasNext():
+        path = listing.next().getPath()
+        if fnmatch.fnmatchcase(str(path.getName()), STATE_CHANGE_GLOB):
+            found.append(str(fs.makeQualified(path).toString()))
+    return found
+
+
+def local_files(qualified: str) -> list[str] | None:
+    """The state-change logs below a local directory (`qualified`: Hadoop's qualified name of
+    it, `file:/a b/c`), named as hadoop_files names them: `file:` and the path, not
+    URL-escaped; like Hadoop's listing (RawLocalFileSystem), symbolic links to directories are
+    followed, to files listed, and broken ones left out. None when Hadoop must list it: not a
+    local directory, a directory unreadable, a name not valid UTF-8 (Hadoop's name for it
+    differs), or a directory reached twice through links (a cycle Hadoop would walk forever)."""
+    root = census.local_path(qualified) if qualified.startswith("file:") else None
+    if root is None:
+        return None
+    prefix = qualified.rstrip("/")
+    found: list[str] = []
+    visited: set[tuple[int, int]] = set()
+    stack = [""]
+    try:
+        while stack:
+            relative = stack.pop()
+            directory = os.path.join(root, relative) if relative else root
+            identity = os.stat(directory)
+            if (identity.st_dev, identity.st_ino) in visited:
+                return None
+            visited.add((identity.st_dev, identity.st_ino))
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    name = f"{relative}/{entry.name}" if relative else entry.name
+                    name.encode("utf-8")  # a name Python decoded with surrogates raises here
+                    if entry.is_dir():
+                        stack.append(name)
+                    elif entry.is_file() and fnmatch.fnmatchcase(entry.name, STATE_CHANGE_GLOB):
+                        found.append(f"{prefix}/{name}")
+    except (OSError, UnicodeEncodeError):
+        return None
+    return found
 
 
 def file_table_rows(names: Sequence[str]) -> list[tuple[int, str]]:

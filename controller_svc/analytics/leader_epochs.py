@@ -83,7 +83,9 @@ def _changed(column: Any) -> Any:
 
     if len(column) == 0:
         return pa.array([], pa.bool_())
-    return pa.concat_arrays([pa.array([True]), pc.not_equal(column.slice(1), column.slice(0, len(column) - 1))])
+    return pa.concat_arrays(
+        [pa.array([True], pa.bool_()), pc.not_equal(column.slice(1), column.slice(0, len(column) - 1))]
+    )
 
 
 def codes(column: Any) -> Any:
@@ -128,12 +130,15 @@ def reapplied_or_lower(keys: Any, group_columns: int, epoch: Any, deleted: Any) 
     groups = [keys[name].combine_chunks().take(order) for name in keys.column_names[:group_columns]]
     epoch = epoch.take(order)
     deleted = deleted.take(order)
-    index = pc.subtract(pc.cumulative_sum(pc.fill_null(pa.nulls(count, pa.int64()), 1)), 1)
+    # Typed scalars: a Python number makes pyarrow infer its type, and the inference tries to
+    # import dateutil, a search of sys.path on every call where it is not installed (~0.1 ms).
+    zero, one, count_value = (pa.scalar(value, pa.int64()) for value in (0, 1, count))
+    index = pc.subtract(pc.cumulative_sum(pc.fill_null(pa.nulls(count, pa.int64()), one)), one)
     new_key = _changed(groups[0])
     for column in groups[1:]:
         new_key = pc.or_(new_key, _changed(column))
     key = pc.cumulative_sum(pc.cast(new_key, pa.int64()))
-    key_start = pc.cumulative_max(pc.if_else(new_key, index, 0))
+    key_start = pc.cumulative_max(pc.if_else(new_key, index, zero))
     # Deletions strictly before a record, in its key: its generation.
     deletions = pc.cumulative_sum(pc.cast(deleted, pa.int64()))
     before = pc.subtract(deletions, pc.cast(deleted, pa.int64()))
@@ -149,12 +154,14 @@ def reapplied_or_lower(keys: Any, group_columns: int, epoch: Any, deleted: Any) 
         pc.or_(_changed(key.take(by_value)), _changed(generation.take(by_value))), _changed(epoch.take(by_value))
     )
     rank = pc.cumulative_sum(pc.cast(distinct, pa.int64())).take(pc.sort_indices(by_value))
-    composite = pc.if_else(deleted, -1, pc.add(pc.multiply(rank, count), index))
+    composite = pc.if_else(deleted, pa.scalar(-1, pa.int64()), pc.add(pc.multiply(rank, count_value), index))
     so_far = pc.cumulative_max(composite)
     # The running max before each row: shifted by one.
     before_max = pa.concat_arrays([pa.array([-1], pa.int64()), so_far.slice(0, count - 1)])
-    has_earlier = pc.greater_equal(before_max, 0)
-    earlier = pc.if_else(has_earlier, pc.subtract(before_max, pc.multiply(pc.divide(before_max, count), count)), 0)
+    has_earlier = pc.greater_equal(before_max, zero)
+    earlier = pc.if_else(
+        has_earlier, pc.subtract(before_max, pc.multiply(pc.divide(before_max, count_value), count_value)), zero
+    )
     # The running max may be a previous key's (no earlier record in this one): not a match then.
     candidate = pc.and_(
         pc.and_(has_earlier, pc.invert(deleted)),
@@ -181,7 +188,7 @@ def check_chunk(rows: Any, file_id: int, block: int) -> Checked:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    rows = rows.filter(pc.is_in(rows["role"], value_set=pa.array(CHECKED_ROLES)))
+    rows = rows.filter(pc.is_in(rows["role"], value_set=pa.array(CHECKED_ROLES, pa.string())))
     count = rows.num_rows
     if count == 0:
         return Checked((), schema.task_columns_arrow(CANDIDATE_COLUMNS).empty_table())
@@ -196,7 +203,10 @@ def check_chunk(rows: Any, file_id: int, block: int) -> Checked:
         }
     )
     pairs = reapplied_or_lower(
-        keys, 3, rows["leader_epoch"].combine_chunks(), pc.equal(rows["role"].combine_chunks(), "deleted")
+        keys,
+        3,
+        rows["leader_epoch"].combine_chunks(),
+        pc.equal(rows["role"].combine_chunks(), pa.scalar("deleted", pa.string())),
     )
     if pairs is None:
         return Checked(nodes, schema.task_columns_arrow(CANDIDATE_COLUMNS).empty_table())

@@ -62,7 +62,7 @@ def summarize_chunk(table: Any, file_id: int) -> ChunkNodes:
     import pyarrow.compute as pc
 
     per_node = table.group_by("node").aggregate([("ts", "count"), ("ts", "min"), ("ts", "max")])
-    alive = pc.filter(table["node"], pc.equal(table["kind"], "node.alive"))
+    alive = pc.filter(table["node"], pc.equal(table["kind"], pa.scalar("node.alive", pa.string())))
     writes_liveness = set(pc.unique(alive).to_pylist()) if len(alive) else set()
     totals = tuple(
         NodeTotal(node, int(count), int(first), int(last), node in writes_liveness)

@@ -11,7 +11,7 @@ from typing import Any
 
 import uvloop
 
-from controller_svc.adapters.admin_client import AdminError
+from controller_svc.adapters.admin_errors import AdminError
 from controller_svc.cli.target import add_target_args, client_of
 from controller_svc.common.errors import ErrorCode
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from controller_svc.adapters.admin_client import AdminClient, zookeeper_of_cluster_dir
+if TYPE_CHECKING:
+    from controller_svc.adapters.admin_client import AdminClient
 
 
 def add_target_args(parser: argparse.ArgumentParser) -> None:
@@ -15,5 +17,8 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
 
 
 def client_of(args: argparse.Namespace) -> AdminClient:
+    # Imported here: every command registers the admin parsers, few talk to a controller.
+    from controller_svc.adapters.admin_client import AdminClient, zookeeper_of_cluster_dir
+
     zookeeper = args.zookeeper or (zookeeper_of_cluster_dir(args.dir) if args.dir else None)
     return AdminClient(controller=args.controller, zookeeper=zookeeper)

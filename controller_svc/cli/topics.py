@@ -7,7 +7,7 @@ import sys
 
 import uvloop
 
-from controller_svc.adapters.admin_client import AdminError
+from controller_svc.adapters.admin_errors import AdminError
 from controller_svc.cli.target import add_target_args, client_of
 from controller_svc.common.errors import ErrorCode
 from kcontroller.v1 import controller_pb2

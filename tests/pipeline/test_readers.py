@@ -124,3 +124,92 @@ def test_records_of_a_file_the_files_table_does_not_name_stop_the_job(
     assert job.analyze(spark, [str(logs)], str(tmp_path / "out")).summary["events"] == 2 * sum(
         why is None for _, why in LINES
     )
+
+
+def _listing_tree(tmp_path: pathlib.Path) -> pathlib.Path:
+    """Logs in nested directories, names Hadoop keeps unescaped, links of each kind."""
+    root = tmp_path / "root"
+    for name in [
+        "sub/broker-1.state-change.jsonl",
+        "sub/deep/broker-2.state-change.jsonl.gz",
+        "a b/broker-3.state-change.jsonl",
+        "é/broker-4.state-change.jsonl",
+        "x%20y.state-change.jsonl",
+        ".hidden.state-change.jsonl",
+        "_under.state-change.jsonl",
+        "not-a-log.jsonl",
+        "../elsewhere/broker-5.state-change.jsonl",
+    ]:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("{}\n")
+    (root / "linked").symlink_to(tmp_path / "elsewhere")
+    (root / "broker-6.state-change.jsonl").symlink_to(tmp_path / "elsewhere" / "broker-5.state-change.jsonl")
+    (root / "broken.state-change.jsonl").symlink_to(tmp_path / "nowhere")
+    return root
+
+
+def test_a_local_directory_is_listed_in_python_as_hadoop_lists_it(
+    spark: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """list_inputs walks a local directory itself (ingest.local_files): the same names as
+    Hadoop's listing (hadoop_files) for every kind of name and link, qualified as Hadoop
+    qualifies the directory however it was given."""
+    from controller_svc.analytics import ingest
+
+    root = _listing_tree(tmp_path)
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    directory = jvm.org.apache.hadoop.fs.Path(str(root))
+    by_hadoop = sorted(ingest.hadoop_files(directory.getFileSystem(conf), directory))
+    assert by_hadoop == [
+        f"file:{root}/{name}"
+        for name in [
+            ".hidden.state-change.jsonl",
+            "_under.state-change.jsonl",
+            "a b/broker-3.state-change.jsonl",
+            "broker-6.state-change.jsonl",
+            "linked/broker-5.state-change.jsonl",
+            "sub/broker-1.state-change.jsonl",
+            "sub/deep/broker-2.state-change.jsonl.gz",
+            "x%20y.state-change.jsonl",
+            "é/broker-4.state-change.jsonl",
+        ]
+    ]
+    assert sorted(ingest.local_files(f"file:{root}") or []) == by_hadoop
+
+    def no_hadoop_listing(*_: Any) -> list[str]:
+        raise AssertionError("a local directory listed through Hadoop")
+
+    monkeypatch.setattr(ingest, "hadoop_files", no_hadoop_listing)
+    for given in [str(root), f"{root}/", f"file://{root}", f"{tmp_path}//root/../root"]:
+        assert ingest.list_inputs(spark, [given]) == by_hadoop, given
+    # A file named as well as its directory is read once; a sub-directory as Hadoop names it.
+    assert ingest.list_inputs(spark, [str(root), str(root / "sub" / "broker-1.state-change.jsonl")]) == by_hadoop
+    assert ingest.list_inputs(spark, [f"{root}/x/../sub"]) == [
+        f"file:{root}/sub/broker-1.state-change.jsonl",
+        f"file:{root}/sub/deep/broker-2.state-change.jsonl.gz",
+    ]
+
+
+def test_what_python_cannot_list_as_hadoop_does_is_left_to_hadoop(tmp_path: pathlib.Path) -> None:
+    """local_files gives up (None: list_inputs then asks Hadoop) on a directory that is not
+    local, a cycle of links, a name that is not UTF-8."""
+    import os
+
+    from controller_svc.analytics import ingest
+
+    assert ingest.local_files("hdfs://namenode/logs") is None
+    assert ingest.local_files(f"file:{tmp_path}/missing") is None
+    cycle = tmp_path / "cycle"
+    (cycle / "inner").mkdir(parents=True)
+    (cycle / "inner" / "broker-1.state-change.jsonl").write_text("{}\n")
+    assert ingest.local_files(f"file:{cycle}") == [f"file:{cycle}/inner/broker-1.state-change.jsonl"]
+    (cycle / "inner" / "back").symlink_to(cycle)
+    assert ingest.local_files(f"file:{cycle}") is None
+    undecodable = tmp_path / "undecodable"
+    undecodable.mkdir()
+    (undecodable / "broker-1.state-change.jsonl").write_text("{}\n")
+    assert ingest.local_files(f"file:{undecodable}") == [f"file:{undecodable}/broker-1.state-change.jsonl"]
+    with open(os.path.join(os.fsencode(undecodable), b"\xff.state-change.jsonl"), "w") as f:
+        f.write("{}\n")
+    assert ingest.local_files(f"file:{undecodable}") is None
