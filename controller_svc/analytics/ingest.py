@@ -24,7 +24,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -899,7 +899,7 @@ def node_totals(
 
 def node_total_rows(
     spark: SparkSession,
-    events: DataFrame,
+    events: Callable[[], DataFrame],
     nodes: node_index.TaskNodes | None,
     cluster_by: ClusterBy,
     files_table: DataFrame,
@@ -907,9 +907,10 @@ def node_total_rows(
 ) -> list[Any]:
     """node_totals' rows (Spark's Rows or dicts with the same fields). When the fast path's
     tasks wrote every file, there is nothing to scan: their totals are combined here, in
-    Python, without a Spark job (`file_rows`: the files table's, for the clusters)."""
+    Python, without a Spark job nor the events' frame (`events` builds it when needed;
+    `file_rows`: the files table's, for the clusters)."""
     if nodes is None or nodes.other_files:
-        return node_totals(spark, events, nodes, cluster_by, files_table).collect()
+        return node_totals(spark, events(), nodes, cluster_by, files_table).collect()
     names = dict(file_rows)
     per_node: dict[tuple[str | None, str], dict[str, Any]] = {}
     for file_id, total in nodes.totals:

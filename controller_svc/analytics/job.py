@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 from urllib.parse import urlparse
 
 from py4j.protocol import Py4JJavaError
@@ -81,6 +81,33 @@ SCAN_TIMELINES_CONF = "spark.kcontroller.scanTimelines"
 # table it serves is written, and the directory once every branch has finished.
 SCANS_DIR = "_scans"
 SCHEDULER_POOL = "spark.scheduler.pool"
+
+
+Built = TypeVar("Built")
+
+
+class Once(Generic[Built]):
+    """A value built on first use, once, whichever branch asks first: the Spark plans the
+    analyses fall back to (the events frame, the signs of life), which the local files' paths
+    never read. Building them anyway took ~0.4 s of the driver's Python and Py4J in every
+    analysis (Spark lists the events table's files and analyses each plan as it is made)."""
+
+    def __init__(self, build: Callable[[], Built]) -> None:
+        self._build = build
+        self._lock = threading.Lock()
+        self._value: Built | None = None
+        self._built = False
+
+    def __call__(self) -> Built:
+        with self._lock:
+            if not self._built:
+                self._value = self._build()
+                self._built = True
+            return self._value  # type: ignore[return-value]
+
+    @property
+    def built(self) -> bool:
+        return self._built
 
 
 @dataclass(frozen=True)
@@ -193,7 +220,7 @@ def analyze(
         malformed_lines = ingest.malformed_count(spark, out)
         file_rows = ingest.file_rows(spark, out)
         files = spark.createDataFrame(file_rows, ingest.FILES_DDL)
-        events = ingest.events(spark, out, cluster_by, files)
+        events = Once(lambda: ingest.events(spark, out, cluster_by, files))
         per_cluster_events = _per_cluster(
             ingest.node_total_rows(spark, events, from_tasks.nodes, cluster_by, files, file_rows)
         )
@@ -220,10 +247,9 @@ def analyze(
         [(name, node) for name, seen in per_cluster_events.items() for node in seen["liveness"]],
         "cluster string, node string",
     )
-    signs_of_life = (
-        ingest.signs_of_life(spark, events, from_tasks.nodes, cluster_by, files)
-        if from_tasks.nodes is not None
-        else None
+    nodes = from_tasks.nodes
+    signs_of_life = Once(
+        lambda: ingest.signs_of_life(spark, events(), nodes, cluster_by, files) if nodes is not None else None
     )
 
     def figures(step: str, queries: dict[str, Callable[[], Any]]) -> dict[str, Any]:
@@ -238,7 +264,7 @@ def analyze(
         held = timelines.HeldFrames()
         try:
             leaders, leaders_dir = _leadership(
-                events, out, clock, held, scans_dir, lambda: _local_events_files(out, cluster_by, file_rows)
+                spark, events, out, clock, held, scans_dir, lambda: _local_events_files(out, cluster_by, file_rows)
             )
             if (
                 scans_dir is not None
@@ -260,11 +286,11 @@ def analyze(
                     return _offline_figures_read(census.local_path(f"{out}/offline_intervals"), per_cluster_events)
             offline = _write(
                 lambda: timelines.offline_intervals(
-                    events,
+                    events(),
                     leaders,
                     held,
                     liveness,
-                    signs_of_life,
+                    signs_of_life(),
                     scan_dir=_scan_dir(scans_dir, "offline_intervals"),
                     search_dir=_scan_dir(scans_dir, "offline_last_alive"),
                     leaders_dir=leaders_dir,
@@ -298,15 +324,15 @@ def analyze(
         held = timelines.HeldFrames()
         try:
             tenures = _write(
-                lambda: timelines.controller_tenures(events).drop("start_pos"), out, "controller_tenures", clock
+                lambda: timelines.controller_tenures(events()).drop("start_pos"), out, "controller_tenures", clock
             )
             incidents = _write(
                 lambda: timelines.failover_incidents(
-                    events,
+                    events(),
                     tenures.withColumn("start_pos", F.struct("start_ts")),
                     held,
                     liveness,
-                    signs_of_life,
+                    signs_of_life(),
                     search_dir=_scan_dir(scans_dir, "failover_last_alive"),
                 ),
                 out,
@@ -355,10 +381,10 @@ def analyze(
                 if checks is not None
                 else None
             )
-            found = _write(lambda: invariants.all_violations(events, checked), out, "_violations_unresolved", clock)
+            found = _write(lambda: invariants.all_violations(events(), checked), out, "_violations_unresolved", clock)
         resolved = _write(
             lambda: (
-                resolve_evidence(found, events, line_index.table(), files)
+                resolve_evidence(found, events(), line_index.table(), files)
                 if not found.isEmpty()
                 else _no_violations(spark)
             ),
@@ -379,12 +405,12 @@ def analyze(
         from_files = _requests_from_files(out, cluster_by, file_rows, clock) if scans_dir is not None else None
         if from_files is not None:
             return from_files
-        latency = _write(lambda: timelines.request_latency(events), out, "request_latency", clock)
+        latency = _write(lambda: timelines.request_latency(events()), out, "request_latency", clock)
         return figures(
             "request_figures",
             {
                 "latency": lambda: _rows(latency.orderBy("cluster", "broker", "api"), MAX_LATENCY_ROWS),
-                "latency_histogram": lambda: _rows(timelines.latency_histogram(events)),
+                "latency_histogram": lambda: _rows(timelines.latency_histogram(events())),
             },
         )
 
@@ -495,7 +521,8 @@ def analyze(
 
 
 def _leadership(
-    events: DataFrame,
+    spark: SparkSession,
+    events: Callable[[], DataFrame],
     out: str,
     clock: StepClock,
     held: timelines.HeldFrames,
@@ -507,7 +534,6 @@ def _leadership(
     files, if it is read from files. By leadership_scan's tasks when `scans_dir` is given: from
     the events table's local `files`, else (or when they fail) from what Spark writes of the
     changes; else (or when they fail) by Spark's window."""
-    changes = timelines.leader_changes(events)
     if scans_dir is not None:
         table_dir = census.local_path(f"{out}/leadership")
         assert table_dir is not None  # _scans_dir: OUTDIR is local
@@ -516,22 +542,24 @@ def _leadership(
         with clock.step("leadership"):
             try:
                 assert files is not None  # _scans_dir: OUTDIR is local
-                timeline = leadership_scan.leadership_from_files(
-                    events.sparkSession, files(), work_dir, os.path.abspath(table_dir)
-                )
+                timeline = leadership_scan.leadership_from_files(spark, files(), work_dir, os.path.abspath(table_dir))
                 return timeline, os.path.join(work_dir, leadership_scan.TIMELINE_DIR)
             except Exception as e:
                 # As for the controllers' tables: never a reason to fail the job; the scan of
                 # what Spark writes of the changes gives the same table.
                 log.warning("the leadership could not be computed from the files; Spark's rows are scanned: %r", e)
             try:
-                timeline = leadership_scan.leadership(changes, work_dir, os.path.abspath(table_dir))
+                timeline = leadership_scan.leadership(
+                    timelines.leader_changes(events()), work_dir, os.path.abspath(table_dir)
+                )
                 return timeline, os.path.join(work_dir, leadership_scan.TIMELINE_DIR)
             except Py4JJavaError as e:
                 # As for the offline intervals' scan (timelines.offline_intervals): never a
                 # reason to fail the job; the window below writes the table again, whole.
                 log.warning("leadership's scan failed; Spark's window reads the changes: %s", str(e).splitlines()[0])
-    leaders = held.persist(timelines.leadership_by_window(changes), StorageLevel.MEMORY_AND_DISK)
+    leaders = held.persist(
+        timelines.leadership_by_window(timelines.leader_changes(events())), StorageLevel.MEMORY_AND_DISK
+    )
     _write(lambda: leaders.drop(*leadership_scan.TABLE_DROPS), out, "leadership", clock)
     return leaders, None
 

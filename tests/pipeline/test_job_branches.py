@@ -153,3 +153,38 @@ def test_the_concurrency_setting_must_be_true_or_false(
     logs, _ = history
     with pytest.raises(ingest.InputError, match="must be true or false"):
         _analyze(spark, logs, tmp_path / "out", concurrent="sometimes")
+
+
+def test_the_events_plan_is_built_only_for_spark_s_queries_and_once(
+    spark: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The events frame and the signs of life (job.Once) are Spark plans that only the Spark
+    queries' paths read: an analysis of a clean history from the local files builds neither;
+    with the timelines left to Spark, every branch reads the same one frame, built once."""
+    from controller_svc.analytics import ingest, job
+
+    logs = tmp_path / "logs"
+    synthetic.generate(logs, 5_000, brokers=3, partitions=50, seed=3)
+    built: dict[str, int] = {"events": 0, "signs_of_life": 0}
+
+    def counted(name: str, build: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            built[name] += 1
+            return build(*args, **kwargs)
+
+        return wrapper
+
+    for name in built:
+        monkeypatch.setattr(ingest, name, counted(name, getattr(ingest, name)))
+    from_files = _analyze(spark, logs, tmp_path / "from-files")
+    assert from_files.exit_code == 0
+    assert from_files.summary["violations"] == {name: 0 for name in schema.INVARIANTS}
+    assert built == {"events": 0, "signs_of_life": 0}
+    spark.conf.set(job.SCAN_TIMELINES_CONF, "false")
+    try:
+        by_spark = _analyze(spark, logs, tmp_path / "by-spark", concurrent="true")
+    finally:
+        spark.conf.unset(job.SCAN_TIMELINES_CONF)
+    assert built == {"events": 1, "signs_of_life": 1}
+    figures = {key: value for key, value in from_files.summary.items() if key not in RUN_KEYS}
+    assert {key: value for key, value in by_spark.summary.items() if key not in RUN_KEYS} == figures

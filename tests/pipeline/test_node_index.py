@@ -200,7 +200,7 @@ def test_the_tasks_totals_are_combined_in_python_as_spark_combines_them(
     def key(row: Any) -> str:
         return json.dumps(dict(row.asDict() if hasattr(row, "asDict") else row), sort_keys=True)
 
-    in_python = sorted(ingest.node_total_rows(spark, events, nodes, cluster_by, files, file_rows), key=key)
+    in_python = sorted(ingest.node_total_rows(spark, lambda: events, nodes, cluster_by, files, file_rows), key=key)
     by_spark = sorted(ingest.node_totals(spark, events, nodes, cluster_by, files).collect(), key=key)
     assert [key(row) for row in in_python] == [key(row) for row in by_spark]
     assert len({row["cluster"] for row in in_python}) == (2 if mode == "dir" else 1)
