@@ -57,3 +57,22 @@ def test_an_archive_is_read_again_only_when_it_changed(tmp_path: pathlib.Path) -
     assert seen["unchanged"] == []  # Python 3.11's own reads the directory on every call
     assert seen["after_change"] == [str(archive)]
     assert seen["second"] == 2  # what the archive holds now is importable
+
+
+def test_the_tasks_modules_are_imported_and_frozen_and_a_missing_one_is_left_out() -> None:
+    """freeze_preloaded, in a process of its own (freezing is for the whole process)."""
+    probe = textwrap.dedent(
+        """
+        import gc, json, sys
+        from controller_svc.analytics import worker_daemon
+
+        frozen = worker_daemon.freeze_preloaded(("json", "no_such_module_anywhere", "pyarrow.json"))
+        gc.collect()
+        print(json.dumps([frozen, gc.get_freeze_count(), len(gc.get_objects()), "pyarrow.json" in sys.modules]))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    frozen, freeze_count, tracked, imported = json.loads(done.stdout.splitlines()[-1])
+    assert imported
+    assert frozen == freeze_count > 1000
+    assert tracked < 100  # a collection now walks almost nothing
