@@ -1,6 +1,7 @@
 """PySpark's Python worker daemon (`pyspark.daemon`), with zip archives on the import path read
-once rather than before every task, and the tasks' modules imported and frozen for the garbage
-collector before it forks a worker (freeze_preloaded).
+once rather than before every task, the tasks' modules imported and frozen for the garbage
+collector before it forks a worker (freeze_preloaded), and each task's socket acknowledging at
+once (acknowledging_at_once).
 
 Before each task a PySpark worker calls `importlib.invalidate_caches()`
 (`pyspark.worker_util.setup_spark_files`), and on Python 3.10 and 3.11 a zip importer re-reads
@@ -22,8 +23,10 @@ from __future__ import annotations
 import gc
 import importlib
 import os
+import socket
 import sys
 import zipimport
+from collections.abc import Callable
 from typing import Any
 
 # What the analysis' Python tasks run and import (ingest.py's fast path, partition_tasks.run's
@@ -94,11 +97,35 @@ def freeze_preloaded(modules: tuple[str, ...] = TASK_MODULES) -> int:
     return gc.get_freeze_count()
 
 
+def acknowledging_at_once(worker: Callable[[socket.socket, bool], int]) -> Callable[[socket.socket, bool], int]:
+    """`pyspark.daemon.worker` (which runs one task on the socket from the JVM) with the socket in
+    TCP quick-ACK mode first. The JVM sends a task in several small writes on a loopback TCP
+    socket without TCP_NODELAY (PythonWorkerFactory): Nagle's algorithm holds each write until
+    the one before it is acknowledged, and Linux delays the worker's ACK up to 40 ms, so every
+    Python task waited about 40 ms doing nothing (32 tasks that return their input: 0.82 s in a
+    warm JVM on 2 cores, 0.22 s in quick-ACK mode; Spark's own tasks 0.17-0.24 s). The kernel
+    may leave the mode on its own, hence set again before every task. A socket that has no such
+    option (not TCP, not Linux) is left as it is."""
+    quick_ack = getattr(socket, "TCP_QUICKACK", None)
+
+    def run(sock: socket.socket, authenticated: bool) -> int:
+        if quick_ack is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, quick_ack, 1)
+            except OSError:
+                pass
+        return worker(sock, authenticated)
+
+    return run
+
+
 def main() -> None:
     read_archives_once()
     from pyspark import daemon
 
     freeze_preloaded()
+    # manager() looks the name up in its module for every task it forks or reuses a worker for.
+    daemon.worker = acknowledging_at_once(daemon.worker)
     daemon.manager()  # type: ignore[no-untyped-call]
 
 

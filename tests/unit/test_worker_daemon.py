@@ -76,3 +76,37 @@ def test_the_tasks_modules_are_imported_and_frozen_and_a_missing_one_is_left_out
     assert imported
     assert frozen == freeze_count > 1000
     assert tracked < 100  # a collection now walks almost nothing
+
+
+def test_each_task_s_socket_is_put_in_quick_ack_mode_before_the_task_runs() -> None:
+    """acknowledging_at_once: the wrapped worker finds its TCP socket in quick-ACK mode (set
+    again for every task), gets the same arguments and returns the worker's exit code; a socket
+    without the option (a Unix socket) is passed on as it is."""
+    import socket
+
+    from controller_svc.analytics import worker_daemon
+
+    if not hasattr(socket, "TCP_QUICKACK"):
+        pytest.skip("TCP_QUICKACK is Linux's")
+    seen: list[tuple[int, bool]] = []
+
+    def worker(sock: socket.socket, authenticated: bool) -> int:
+        quick = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK) if sock.family == socket.AF_INET else -1
+        seen.append((quick, authenticated))
+        return 7
+
+    run = worker_daemon.acknowledging_at_once(worker)
+    with socket.create_server(("127.0.0.1", 0)) as server, socket.create_connection(server.getsockname()) as client:
+        accepted, _ = server.accept()
+        with accepted:
+            for authenticated in (False, True):
+                client.sendall(b"x" * 10)
+                accepted.recv(10)
+                # Delayed ACKs, as the kernel's own heuristics may choose between tasks.
+                accepted.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 0)
+                assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK) == 0
+                assert run(accepted, authenticated) == 7
+    left, right = socket.socketpair(socket.AF_UNIX)
+    with left, right:
+        assert run(left, True) == 7
+    assert seen == [(1, False), (1, True), (-1, True)]
