@@ -5,7 +5,12 @@ the job's (`controller_svc/analytics/worker_daemon.py`).
 
 PySpark's worker invalidates Python's import caches before each task, and Python 3.11's zip
 importer re-reads every archive on the worker's path there (CPython gh-103200): pyspark.zip,
-py4j's and Spark's core jar. The job's daemon reads an archive again only when its file changed.
+py4j's and Spark's core jar. The job's daemon reads an archive again only when its file changed;
+it also freezes the tasks' modules for the garbage collector before it forks a worker (PySpark's
+worker runs a full collection after every task) and puts each task's socket in TCP quick-ACK
+mode (the JVM's small writes otherwise wait for a delayed ACK). `archives_only_daemon` is the
+job's daemon with the first change only (bench/archives_only_daemon.py), so that the other two
+show apart from it.
 This times jobs of `--tasks` tasks that do nothing (return their input: the cost of a task
 itself) and of the same number that each sleep `--sleep-ms` (what a task that works for that
 long costs beyond its work), in sessions of one JVM that start their workers from either daemon,
@@ -25,7 +30,12 @@ from typing import Any
 
 from bench import common
 
-DAEMONS = {"pyspark_daemon": "pyspark.daemon", "worker_daemon": "controller_svc.analytics.worker_daemon"}
+# PySpark's own; the job's with its first change only (the archives read once); the job's.
+DAEMONS = {
+    "pyspark_daemon": "pyspark.daemon",
+    "archives_only_daemon": "bench.archives_only_daemon",
+    "worker_daemon": "controller_svc.analytics.worker_daemon",
+}
 
 
 def _identity(value: int) -> int:
