@@ -82,11 +82,12 @@ def freeze_preloaded(modules: tuple[str, ...] = TASK_MODULES) -> int:
     """Imports the tasks' modules, then moves every object alive into the collector's permanent
     generation (gc.freeze), which the workers forked from here inherit. PySpark's worker runs a
     full collection after every task (`pyspark.daemon.manager`), which walked every object of
-    PySpark, pyarrow and numpy each time: 15-25 ms per task on this machine, most of a
-    trivial Python task's cost. Frozen objects are still freed when their last reference
-    goes; only a cycle among them would outlive its use. A module that cannot be imported is
-    left out: a task that needs it fails as it would have, and its caller falls back to
-    Spark's reader or queries. Returns how many objects were frozen."""
+    PySpark, pyarrow and numpy each time (15-25 ms a task on a 2-core machine; with the socket
+    below, 33 trivial tasks 0.13 s against 0.84 s: bench.analytics_python_tasks). Frozen
+    objects are still freed when their last reference goes; only a cycle among them would
+    outlive its use. A module that cannot be imported is left out: a task that needs it fails
+    as it would have, and its caller falls back to Spark's reader or queries. Returns how many
+    objects were frozen."""
     for name in modules:
         try:
             importlib.import_module(name)
@@ -102,8 +103,8 @@ def acknowledging_at_once(worker: Callable[[socket.socket, bool], int]) -> Calla
     TCP quick-ACK mode first. The JVM sends a task in several small writes on a loopback TCP
     socket without TCP_NODELAY (PythonWorkerFactory): Nagle's algorithm holds each write until
     the one before it is acknowledged, and Linux delays the worker's ACK up to 40 ms, so every
-    Python task waited about 40 ms doing nothing (32 tasks that return their input: 0.82 s in a
-    warm JVM on 2 cores, 0.22 s in quick-ACK mode; Spark's own tasks 0.17-0.24 s). The kernel
+    Python task waited about 40 ms doing nothing: most of what a trivial Python task cost
+    (bench.analytics_python_tasks times it with and without this daemon). The kernel
     may leave the mode on its own, hence set again before every task. A socket that has no such
     option (not TCP, not Linux) is left as it is."""
     quick_ack = getattr(socket, "TCP_QUICKACK", None)
