@@ -105,10 +105,6 @@ class Once(Generic[Built]):
                 self._built = True
             return self._value  # type: ignore[return-value]
 
-    @property
-    def built(self) -> bool:
-        return self._built
-
 
 @dataclass(frozen=True)
 class Outcome:
