@@ -4,8 +4,10 @@ the command that starts its own Spark, on the same synthetic histories as bench.
     python -m bench.analytics_service --events 1000000 --events 10000000 --runs 2
 
 Starts `controller-svc analyze-service` once (`service_start_s`: from the process' start to its
-listening line), warms it as bench.analytics warms its JVM (the 20k-event history, then each
-size --warmup-runs times, untimed), then for each run and size, one after another:
+listening line; `service_ready_s`: to its ready line, after its own warm-up of
+`--service-warmup-runs` analyses, `service_warmup_runs`), warms it as bench.analytics warms its
+JVM (the 20k-event history, then each size --warmup-runs times, untimed: `warmup_samples_s`, the
+first of them the first request after the start), then for each run and size, one after another:
 
 - `service_s`: `controller-svc analyze LOGDIR --out OUTDIR --service ADDR`, a new process from
   start to exit: what an operator waits for with a service running; `service_job_s`: the
@@ -31,27 +33,40 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from bench import analytics, common
-from controller_svc.analytics import job, session
+from controller_svc.analytics import job, service, session
 
 SERVICE_START_TIMEOUT_S = 600.0
 
 
-def start_service(master: str) -> tuple[subprocess.Popen[str], str, float]:
+@dataclass(frozen=True)
+class StartedService:
+    process: subprocess.Popen[str]
+    address: str
+    listening_s: float
+    ready_s: float
+
+
+def start_service(master: str, warmup_runs: int) -> StartedService:
+    """The service started, once it has printed its ready line (after its warm-up)."""
     started = time.monotonic()
     command = [sys.executable, "-m", "controller_svc.cli.main", "analyze-service", "--listen", "127.0.0.1:0"]
     process = subprocess.Popen(
-        [*command, "--master", master, "--log-level", "WARNING"],
+        [*command, "--master", master, "--log-level", "WARNING", "--warmup-runs", str(warmup_runs)],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     assert process.stdout is not None
+    address, listening_s = "", 0.0
     for line in process.stdout:
         if line.startswith("analyze-service: listening on "):
-            return process, line.split()[-1], time.monotonic() - started
+            address, listening_s = line.split()[-1], time.monotonic() - started
+        elif line.startswith("analyze-service: ready after ") and address:
+            return StartedService(process, address, listening_s, time.monotonic() - started)
         if time.monotonic() - started > SERVICE_START_TIMEOUT_S:
             break
     process.kill()
@@ -77,11 +92,17 @@ def main() -> None:
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--runs", type=int, default=2, help="timed runs of each measurement; medians reported")
     parser.add_argument("--warmup-runs", type=int, default=1, help="untimed service analyses of each size first")
+    parser.add_argument(
+        "--service-warmup-runs",
+        type=int,
+        default=service.DEFAULT_WARMUP_RUNS,
+        help="the service's own warm-up (analyze-service --warmup-runs)",
+    )
     parser.add_argument("--note", default="", help="a note kept in the report")
     parser.add_argument("--out", help="also write the report (JSON) here")
     args = parser.parse_args()
-    if args.runs < 1 or args.warmup_runs < 0:
-        parser.error("--runs must be at least 1 and --warmup-runs at least 0")
+    if args.runs < 1 or args.warmup_runs < 0 or args.service_warmup_runs < 0:
+        parser.error("--runs must be at least 1, --warmup-runs and --service-warmup-runs at least 0")
     sizes = sorted(args.events or [1_000_000, 10_000_000])
     base = pathlib.Path(args.dir)
     base.mkdir(parents=True, exist_ok=True)
@@ -91,7 +112,8 @@ def main() -> None:
     command_run(histories[20_000][0], base / "out-archive", args.master, None)
     java_setup = session.check_runtime()
     archive = session.locate_class_archive(java_setup)
-    process, address, start_s = start_service(args.master)
+    started = start_service(args.master, args.service_warmup_runs)
+    process, address = started.process, started.address
     try:
         warmup: dict[int, list[float]] = {}
         for size in [20_000, *sizes]:
@@ -153,7 +175,9 @@ def main() -> None:
         "class_archive": archive is not None and archive.ready(),
         "runtime": analytics.runtime(java_setup),
         "machine": common.machine(),
-        "service_start_s": round(start_s, 1),
+        "service_start_s": round(started.listening_s, 1),
+        "service_ready_s": round(started.ready_s, 1),
+        "service_warmup_runs": args.service_warmup_runs,
         "service_exit_code": service_exit,
         "results": results,
         **analytics.cost_per_event(results, modes=("service", "cold")),

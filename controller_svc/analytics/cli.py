@@ -89,6 +89,16 @@ def register(sub: Any) -> None:
         default=service.DEFAULT_MAX_QUEUED,
         help=f"requests that may wait behind the running analysis (default {service.DEFAULT_MAX_QUEUED})",
     )
+    serve.add_argument(
+        "--warmup-runs",
+        type=int,
+        default=service.DEFAULT_WARMUP_RUNS,
+        help=(
+            f"analyses of a generated {service.WARMUP_EVENTS}-event history before SERVING, so that the JIT has "
+            f"compiled Spark's per-analysis code before the first request (default {service.DEFAULT_WARMUP_RUNS}; "
+            "0: none). Requests sent meanwhile wait"
+        ),
+    )
     serve.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve Prometheus metrics on /metrics")
     serve.add_argument("--log-level", default="INFO", help="default INFO")
 
@@ -212,10 +222,14 @@ def run_service(args: argparse.Namespace) -> int:
         conf = parse_conf(args.conf)
         if args.max_queued < 0:
             raise ValueError(f"--max-queued {args.max_queued}: expected 0 or more")
+        if args.warmup_runs < 0:
+            raise ValueError(f"--warmup-runs {args.warmup_runs}: expected 0 or more")
     except ValueError as e:
         print(f"analyze-service: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    return service.run_service(args.master, conf, args.listen, args.max_queued, args.metrics_listen, args.log_level)
+    return service.run_service(
+        args.master, conf, args.listen, args.max_queued, args.metrics_listen, args.log_level, args.warmup_runs
+    )
 
 
 def print_outcome(summary: dict[str, Any], summary_path: str, report_path: str, as_json: bool) -> None:

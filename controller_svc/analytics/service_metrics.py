@@ -14,3 +14,11 @@ REQUESTS = Counter(
 )
 QUEUED = Gauge("kcontroller_analysis_queued", "Analyses running or waiting for their turn")
 ANALYSIS_TIME_MS = KafkaHistogram("kcontroller_analysis_time_ms", "An analysis' time in the service (ms)")
+WARMUP_RUNS = Counter(
+    "kcontroller_analysis_warmup_runs",
+    "The start-up warm-up's analyses of its generated history by outcome: known_answers, wrong_answers, failed",
+    ["outcome"],
+)
+WARMUP_TIME_MS = Gauge(
+    "kcontroller_analysis_warmup_time_ms", "How long the start-up warm-up took (ms); 0 until it ends"
+)

@@ -92,6 +92,18 @@ class Expected:
         }
 
 
+def differences(summary: dict[str, Any], expected: dict[str, Any]) -> list[str]:
+    """Where an analysis' summary (contract 6) disagrees with a generated history's known
+    answers (`Expected.as_json()`): the violations by invariant, the failovers and the offline
+    intervals; empty when it agrees."""
+    found = {
+        "violations": summary["violations"],
+        "failovers": summary["availability"]["failovers"],
+        "offline_intervals": summary["availability"]["offline_intervals"],
+    }
+    return [f"{name}: {found[name]} instead of {expected[name]}" for name in found if found[name] != expected[name]]
+
+
 @dataclass
 class _Partition:
     topic: str

@@ -55,17 +55,21 @@ class Service:
         return code
 
 
-def start_service(tmp_path: pathlib.Path, *extra: str) -> Service:
+def start_service(tmp_path: pathlib.Path, *extra: str, ready: bool = True, temporary: str | None = None) -> Service:
+    """The service started in `tmp_path`, once it is listening and, with `ready`, once it has
+    ended its warm-up (`extra` arguments: `--warmup-runs 0` unless they say otherwise)."""
     metrics = f"127.0.0.1:{free_port('127.0.0.1')}"
     command = [sys.executable, "-m", "controller_svc", "analyze-service", "--listen", "127.0.0.1:0"]
     command += ["--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2", "--metrics-listen", metrics]
+    if "--warmup-runs" not in extra:
+        command += ["--warmup-runs", "0"]
     process = subprocess.Popen(
         [*command, *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         cwd=tmp_path,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **({"TMPDIR": temporary} if temporary else {})},
     )
     assert process.stdout is not None
     output: list[str] = []
@@ -75,6 +79,9 @@ def start_service(tmp_path: pathlib.Path, *extra: str) -> Service:
         output.append(line)
         if line.startswith("analyze-service: listening on "):
             address = line.split()[-1]
+            if not ready:
+                break
+        if line.startswith("analyze-service: ready after "):
             break
         assert time.monotonic() < deadline, "".join(output[-50:])
     assert address, "".join(output[-50:])
@@ -194,12 +201,7 @@ def test_a_full_queue_refuses_and_the_waiting_analysis_runs_after(service: Servi
 
 
 def test_health_and_grpcurl_through_reflection(service: Service) -> None:
-    health = subprocess.run(
-        [sys.executable, "-m", "controller_svc", "health", "--address", service.address],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    health = health_of(service)
     assert health.returncode == 0 and "SERVING" in health.stdout, health.stderr
     grpcurl = shutil.which("grpcurl") or str(pathlib.Path(sys.executable).parent / "grpcurl")
     listed = subprocess.run([grpcurl, "-plaintext", service.address, "list"], capture_output=True, text=True)
@@ -248,6 +250,46 @@ def test_a_service_whose_jvm_died_answers_an_error_and_exits_1(tmp_path: pathlib
         assert result.returncode == 2 and "(UNKNOWN_SERVER_ERROR)" in result.stderr, result.stderr
         assert running.exit_code() == 1, "".join(running.output[-40:])
         assert "Spark's JVM is gone" in "".join(running.output)
+    finally:
+        if running.process.poll() is None:
+            running.process.kill()
+
+
+def health_of(service: Service) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "controller_svc", "health", "--address", service.address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_warm_up_comes_before_serving_and_a_request_waits_for_it(tmp_path: pathlib.Path) -> None:
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    running = start_service(tmp_path, "--warmup-runs", "2", ready=False, temporary=str(temporary))
+    try:
+        # Listening, warming up: its first analysis (of a 20k-event history, in a JVM just
+        # started) takes seconds, the health check a fraction of one.
+        warming = health_of(running)
+        assert warming.returncode == 1 and "NOT_SERVING" in warming.stdout, warming.stdout + warming.stderr
+        assert list(temporary.glob("kcontroller-warmup-*")), "the warm-up's history is not where TMPDIR says"
+        scenarios.clean_failover(tmp_path / "logs")
+        result = analyze(running, str(tmp_path / "logs"), "--out", str(tmp_path / "out"), "--json")
+        assert result.returncode == 0, result.stderr + "".join(running.output[-40:])
+        output = "".join(running.output)
+        ready = output.index("analyze-service: ready after a warm-up of 2 analyses")
+        assert ready < output.index(f"analysis of {tmp_path / 'logs'} into"), output[-3000:]
+        assert "warm-up of 2 analyses (0 wrong, 0 failed)" in output
+        serving = health_of(running)
+        assert serving.returncode == 0 and "SERVING" in serving.stdout
+        samples = scrape(running.metrics)
+        assert samples['kcontroller_analysis_warmup_runs_total{outcome="known_answers"}'] == 2
+        assert samples["kcontroller_analysis_warmup_time_ms"] > 0
+        # The warm-up's analyses are not requests.
+        assert outcomes(running) == {"no_violations": 1, "analysed": 1}
+        assert not list(temporary.glob("kcontroller-warmup-*"))  # removed once done
+        assert running.stop() == 0, "".join(running.output[-40:])
     finally:
         if running.process.poll() is None:
             running.process.kill()

@@ -5,6 +5,7 @@ work (tests/pipeline/test_analysis_service.py runs the real service)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from typing import Any
 
@@ -51,7 +52,7 @@ class StandIn:
         self.release: dict[str, threading.Event] = {}
         self.fail: dict[str, BaseException] = {}
 
-    def __call__(self, spark: Any, inputs: list[str], out: str, cluster_by: ClusterBy) -> job.Outcome:
+    def __call__(self, spark: Any, inputs: list[str], out: str, cluster_by: ClusterBy | None = None) -> job.Outcome:
         with self.lock:
             self.running += 1
             self.most_at_once = max(self.most_at_once, self.running)
@@ -179,3 +180,142 @@ async def test_draining_lets_the_running_analysis_end_and_refuses_the_waiting_on
         await waiting
     await asyncio.wait_for(drained, 5)
     assert stand_in.started == ["/a"]
+
+
+class Warming:
+    """The warm-up's history and answer check replaced: `generated` records where the history
+    went, `verdicts` says what each analysis' check finds (a difference, or none)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, verdicts: list[list[str]] | None = None) -> None:
+        from controller_svc.analytics import synthetic
+
+        self.generated: list[str] = []
+        self.verdicts = list(verdicts or [])
+        self.fail_generation: BaseException | None = None
+        monkeypatch.setattr(synthetic, "generate", self.generate)
+        monkeypatch.setattr(
+            synthetic, "differences", lambda summary, expected: self.verdicts.pop(0) if self.verdicts else []
+        )
+
+    def generate(self, directory: str, events: int, **_: Any) -> Any:
+        from controller_svc.analytics import synthetic
+
+        if self.fail_generation is not None:
+            raise self.fail_generation
+        os.makedirs(directory)
+        self.generated.append(directory)
+        assert events == service.WARMUP_EVENTS
+        return synthetic.Expected()
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+def _warmup_counts() -> dict[str, float]:
+    from controller_svc.analytics import service_metrics
+
+    return {
+        outcome: service_metrics.WARMUP_RUNS.labels(outcome)._value.get()
+        for outcome in ("known_answers", "wrong_answers", "failed")
+    }
+
+
+async def test_the_warm_up_is_the_running_analysis_and_requests_wait_behind_it(
+    stand_in: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    warming = Warming(monkeypatch, verdicts=[[], ["failovers: 3 instead of 4"]])
+    before = _warmup_counts()
+    analyses = service.Analyses(spark=object(), max_queued=1)  # type: ignore[arg-type]
+    warm = asyncio.ensure_future(analyses.warm_up(2))
+    await _until(lambda: len(stand_in.started) == 1)
+    warm_out = stand_in.started[0]
+    assert os.path.dirname(warm_out) == os.path.dirname(warming.generated[0])  # its own temporary directory
+    waiting = asyncio.ensure_future(analyses.submit(["/l"], "/a", ""))
+    await asyncio.sleep(0.05)
+    # The warm-up holds the one running place: one request may wait, the next is refused.
+    refused = await analyses.submit(["/l"], "/b", "")
+    assert refused.error_code == ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    assert not waiting.done() and stand_in.started == [warm_out]
+    stand_in.open("/a")
+    stand_in.open(warm_out)
+    done = await warm
+    assert (done.runs, done.wrong, done.failed) == (2, 1, 0) and done.seconds > 0.0
+    answer = await waiting
+    # It waited for its turn behind the whole warm-up (at least the sleep above), not in the
+    # analysis thread's queue after taking the turn.
+    assert answer.error_code == ErrorCode.NONE and answer.queued_s >= 0.05
+    assert stand_in.started == [warm_out, warm_out, "/a"] and stand_in.most_at_once == 1
+    assert not _exists(os.path.dirname(warm_out))  # removed after
+    grown = {k: v - before[k] for k, v in _warmup_counts().items()}
+    assert grown == {"known_answers": 1, "wrong_answers": 1, "failed": 0}
+
+
+async def test_draining_during_the_warm_up_ends_it_after_its_current_analysis(
+    stand_in: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Warming(monkeypatch)
+    analyses = service.Analyses(spark=object(), max_queued=1)  # type: ignore[arg-type]
+    warm = asyncio.ensure_future(analyses.warm_up(5))
+    await _until(lambda: len(stand_in.started) == 1)
+    drained = asyncio.ensure_future(analyses.drain())
+    await asyncio.sleep(0.05)
+    assert not drained.done()  # the running warm-up analysis ends first
+    stand_in.open(stand_in.started[0])
+    assert (await warm).runs == 1
+    await asyncio.wait_for(drained, 5)
+    assert len(stand_in.started) == 1
+
+
+async def test_failed_warm_up_analyses_are_counted_and_a_lost_jvm_ends_the_warm_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def failing(spark: Any, inputs: list[str], out: str, cluster_by: Any = None) -> job.Outcome:
+        raise ConnectionError("Py4J: answer from Java side is empty")
+
+    monkeypatch.setattr(job, "analyze", failing)
+    Warming(monkeypatch)
+    alive = [True]
+    monkeypatch.setattr(service, "jvm_alive", lambda spark: alive[0])
+    before = _warmup_counts()
+    analyses = service.Analyses(spark=object(), max_queued=1)  # type: ignore[arg-type]
+    done = await analyses.warm_up(3)
+    assert (done.runs, done.failed, analyses.broken.is_set()) == (3, 3, False)  # the JVM lives: it goes on
+    alive[0] = False
+    done = await analyses.warm_up(3)
+    assert (done.runs, done.failed) == (1, 1)
+    await asyncio.wait_for(analyses.broken.wait(), 5)
+    assert _warmup_counts()["failed"] - before["failed"] == 4
+
+
+async def test_a_history_that_cannot_be_written_leaves_the_service_unwarmed_but_serving(
+    stand_in: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    warming = Warming(monkeypatch)
+    warming.fail_generation = OSError(28, "No space left on device")
+    analyses = service.Analyses(spark=object(), max_queued=1)  # type: ignore[arg-type]
+    done = await analyses.warm_up(4)
+    assert (done.runs, done.failed) == (0, 1) and stand_in.started == []
+    stand_in.open("/a")
+    assert (await analyses.submit(["/l"], "/a", "")).error_code == ErrorCode.NONE
+    assert (await analyses.warm_up(0)) == service.WarmUp()
+
+
+def test_a_summary_is_checked_against_the_known_answers_field_by_field() -> None:
+    from controller_svc.analytics import synthetic
+
+    expected = synthetic.Expected(events=10, failovers=2, offline_intervals=3).as_json()
+    summary = {
+        "violations": dict(expected["violations"]),
+        "availability": {"failovers": 2, "offline_intervals": 3, "elections": 99},
+    }
+    assert synthetic.differences(summary, expected) == []
+    summary["violations"]["leader_epoch_regression"] = 1
+    summary["availability"]["offline_intervals"] = 4
+    found = synthetic.differences(summary, expected)
+    assert len(found) == 2 and found[1] == "offline_intervals: 4 instead of 3"
+    assert found[0].startswith("violations: ") and "'leader_epoch_regression': 1" in found[0]
+    summary["violations"]["leader_epoch_regression"] = 0
+    summary["availability"]["offline_intervals"] = 3
+    summary["availability"]["failovers"] = 1
+    assert synthetic.differences(summary, expected) == ["failovers: 1 instead of 2"]
