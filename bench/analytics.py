@@ -157,9 +157,10 @@ def cold_run(logs: pathlib.Path, out: pathlib.Path, master: str) -> tuple[float,
 
 
 def cost_per_event(results: list[dict[str, Any]], modes: tuple[str, ...] = ("cold", "warm")) -> dict[str, Any]:
-    """Seconds per million events at the smallest and the largest size, cold and warm, and
-    `linear`: the cost per event at the largest size is at most 1.5x that at the smallest (it
-    does not grow with the history). With two sizes or more, each time also split along the
+    """Seconds per million events at the smallest and the largest size, cold and warm,
+    `<mode>_per_event_spread` (the larger of the two over the smaller: 1.0 is flat, whichever
+    way it leans), and `linear`: the cost per event at the largest size is at most 1.5x that at
+    the smallest (it does not grow with the history). With two sizes or more, each time also split along the
     line through the smallest and the largest: a fixed part per run (Spark's start-up, planning,
     generated code, the JIT) and a marginal part per million events. A fixed part makes the cost
     per event fall with size even when the work per event is constant. `modes`: the times to
@@ -170,6 +171,7 @@ def cost_per_event(results: list[dict[str, Any]], modes: tuple[str, ...] = ("col
         per_million = [r[f"{mode}_s"] / (r["events"] / 1e6) for r in (smallest, largest)]
         split[f"{mode}_seconds_per_million_smallest"] = round(per_million[0], 2)
         split[f"{mode}_seconds_per_million_largest"] = round(per_million[1], 2)
+        split[f"{mode}_per_event_spread"] = round(max(per_million) / min(per_million), 2)
         if mode == "cold":
             split["linear"] = per_million[1] <= per_million[0] * 1.5
         if largest["events"] > smallest["events"]:

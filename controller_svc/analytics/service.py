@@ -18,12 +18,12 @@ are refused (UNAVAILABLE), then Spark stops.
 
 Before it says SERVING the service warms up (`--warmup-runs`, warm_up): it analyses a small
 generated history a few times, so that the JIT has compiled Spark's planning and scheduling code
-(the same whatever an input's size) before the first request rather than during the first
-requests: measured in one JVM, a 1M-event analysis' JVM spent 1.0-2.9 s of CPU compiling in the
-first three analyses after the start, against 0.4-0.7 s from the fifth on, on the 2 cores its
-Python tasks need. Each warm-up analysis is checked against the history's known answers. A
-request that arrives meanwhile waits for it, as behind any running analysis. If Spark's JVM dies, the service exits 1 (a
-supervisor restarts it): it never answers from a broken session."""
+(run the same whatever an input's size) before the first request rather than during the first
+requests, on the cores their Python tasks need (bench/results/analytics-jit-1m-ffc40a7.json:
+1M-event analyses in a new JVM, the compiler threads' CPU 2.71 s in the first and 0.52-1.29 s in
+the next three without a warm-up, 0.51 s and 0.20-0.29 s after eight warm-up analyses). Each
+warm-up analysis is checked against the history's known answers. A request that arrives
+meanwhile waits for it, as behind any running analysis."""
 
 from __future__ import annotations
 
@@ -59,11 +59,12 @@ SERVICE_NAME = "kcontroller.v1.Analysis"
 DEFAULT_LISTEN = "127.0.0.1:9391"
 DEFAULT_MAX_QUEUED = 8
 # The warm-up: analyses of a generated history before the first request (warm_up). Eight
-# analyses of 20k events (about 15 s on 2 cores) brought the JVM's compiling during a 1M-event
-# analysis that followed to where later analyses have it (1.2 core-s; 2.9 after three). The
-# history has the benchmarks' shape (30 brokers, 10k partitions) and no violation: a history with
-# one of each takes Spark's slower paths for them (6.3 s an analysis instead of 1.5 s), which
-# warms what a healthy cluster's analyses never run.
+# analyses of 20k events (12.4 s on 2 cores) brought the JIT's compiling during the 1M-event
+# analysis that followed below what it was in the fourth analysis of a JVM without a warm-up
+# (0.51 against 1.14 core-s; bench/results/analytics-jit-1m-ffc40a7.json). The history has the
+# benchmarks' shape (30 brokers, 10k partitions) and no violation: a history with one of each
+# takes Spark's slower paths for them (an analysis took several times as long), which warms what
+# a healthy cluster's analyses never run.
 DEFAULT_WARMUP_RUNS = 8
 WARMUP_EVENTS = 20_000
 WARMUP_SEED = 20_000

@@ -26,6 +26,9 @@ def test_a_fixed_cost_per_run_is_split_from_the_cost_per_event() -> None:
     assert split["warm_marginal_seconds_per_million"] == pytest.approx(1.5)
     assert split["warm_fixed_s"] == pytest.approx(8.0)
     assert split["linear"] is True
+    # Falling with size is no more flat than growing: 23 s per million against 5 s.
+    assert split["cold_per_event_spread"] == 4.6
+    assert split["warm_per_event_spread"] == pytest.approx(9.5 / 2.3, abs=0.01)
 
 
 def test_a_cost_per_event_that_grows_is_not_linear() -> None:
@@ -33,13 +36,14 @@ def test_a_cost_per_event_that_grows_is_not_linear() -> None:
     split = analytics.cost_per_event([_result(1_000_000, 5.0, 4.0), _result(10_000_000, 100.0, 80.0)])
     assert split["linear"] is False
     assert split["cold_fixed_s"] < 0
+    assert split["cold_per_event_spread"] == 2.0
 
 
 def test_one_size_has_no_split() -> None:
     split = analytics.cost_per_event([_result(1_000_000, 30.0, 12.0)])
     assert split["cold_seconds_per_million_smallest"] == split["cold_seconds_per_million_largest"] == 30.0
     assert "cold_fixed_s" not in split and "warm_marginal_seconds_per_million" not in split
-    assert split["linear"] is True
+    assert split["linear"] is True and split["cold_per_event_spread"] == 1.0
 
 
 def test_each_step_gets_the_classes_compiled_since_the_previous_step() -> None:
