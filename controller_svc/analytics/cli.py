@@ -205,9 +205,7 @@ def _analyze_in_service(args: argparse.Namespace) -> int:
         print(f"analyze: the analysis service at {args.service}: {e.code().name}: {e.details()}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if response.error_code != ErrorCode.NONE:
-        known = response.error_code in ErrorCode._value2member_map_
-        name = ErrorCode(response.error_code).name if known else str(response.error_code)
-        print(f"analyze: {response.error_message} ({name})", file=sys.stderr)
+        print(f"analyze: {response.error_message} ({ErrorCode.name_of(response.error_code)})", file=sys.stderr)
         return int(response.exit_code) or EXIT_BAD_INPUT
     summary = json.loads(response.summary_json)
     print_outcome(summary, response.summary_path, response.report_path, args.json)

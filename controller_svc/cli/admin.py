@@ -120,12 +120,12 @@ async def _run(args: argparse.Namespace) -> int:
     if args.command == "topics":  # topics delete
         deleted = await client.delete_topics(args.topic)
         if deleted.error_code:
-            raise AdminError(f"{ErrorCode(deleted.error_code).name}: {deleted.error_message}")
+            raise AdminError(f"{ErrorCode.name_of(deleted.error_code)}: {deleted.error_message}")
         failed = 0
         for r in deleted.topics:
             if r.error_code:
                 failed += 1
-                print(f"{r.name}: {ErrorCode(r.error_code).name}: {r.error_message}", file=sys.stderr)
+                print(f"{r.name}: {ErrorCode.name_of(r.error_code)}: {r.error_message}", file=sys.stderr)
             else:
                 print(f"{r.name}: marked for deletion")
         return 1 if failed else 0
@@ -135,7 +135,7 @@ async def _run(args: argparse.Namespace) -> int:
             raise AdminError("give --partition TOPIC:PARTITION (repeatable) or --all-topic-partitions")
         elected = await client.elect_leaders(args.election_type, partitions)
         if elected.error_code:
-            raise AdminError(f"{ErrorCode(elected.error_code).name}: {elected.error_message}")
+            raise AdminError(f"{ErrorCode.name_of(elected.error_code)}: {elected.error_message}")
         failed = 0
         for e in elected.partitions:
             code = ErrorCode(e.error_code)
@@ -151,7 +151,7 @@ async def _run(args: argparse.Namespace) -> int:
     if args.reassign_command == "list":
         response = await client.list_reassignments()
         if response.error_code:
-            raise AdminError(f"{ErrorCode(response.error_code).name}: {response.error_message}")
+            raise AdminError(f"{ErrorCode.name_of(response.error_code)}: {response.error_message}")
         for o in response.reassignments:
             print(
                 f"{o.topic}-{o.partition}: replicas {list(o.replicas)} adding {list(o.adding_replicas)} "
@@ -172,12 +172,12 @@ async def _run(args: argparse.Namespace) -> int:
     else:  # verify
         return await _progress(client, read_plan(args.plan), args.wait, args.timeout_s)
     if alter.error_code:
-        raise AdminError(f"{ErrorCode(alter.error_code).name}: {alter.error_message}")
+        raise AdminError(f"{ErrorCode.name_of(alter.error_code)}: {alter.error_message}")
     failed = 0
     for a in alter.partitions:
         if a.error_code:
             failed += 1
-            print(f"{a.topic}-{a.partition}: {ErrorCode(a.error_code).name}: {a.error_message}", file=sys.stderr)
+            print(f"{a.topic}-{a.partition}: {ErrorCode.name_of(a.error_code)}: {a.error_message}", file=sys.stderr)
         else:
             print(f"{a.topic}-{a.partition}: {'cancelled' if args.reassign_command == 'cancel' else 'started'}")
     if args.reassign_command == "submit" and getattr(args, "wait", False) and not failed:

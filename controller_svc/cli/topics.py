@@ -82,13 +82,13 @@ async def _run(args: argparse.Namespace) -> int:
             controller_pb2.CreateTopicsRequest(topics=[topic], validate_only=args.validate_only)
         )
         if response.error_code:
-            print(f"error {ErrorCode(response.error_code).name}: {response.error_message}", file=sys.stderr)
+            print(f"error {ErrorCode.name_of(response.error_code)}: {response.error_message}", file=sys.stderr)
             return 1
         failed = 0
         for result in response.topics:
             if result.error_code:
                 failed += 1
-                print(f"{result.name}: {ErrorCode(result.error_code).name}: {result.error_message}", file=sys.stderr)
+                print(f"{result.name}: {ErrorCode.name_of(result.error_code)}: {result.error_message}", file=sys.stderr)
             else:
                 verb = "would be created" if args.validate_only else "created"
                 print(f"{result.name} {verb} with {len(result.assignments)} partitions (topic id {result.topic_id})")

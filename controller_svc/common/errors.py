@@ -42,6 +42,15 @@ class ErrorCode(enum.IntEnum):
     THROTTLING_QUOTA_EXCEEDED = 89
     INVALID_UPDATE_VERSION = 95
 
+    @classmethod
+    def name_of(cls, code: int) -> str:
+        """The code's name for a message, or the number itself for a code this version does not
+        know (a newer server's): a client prints what it got rather than failing on it."""
+        try:
+            return cls(code).name
+        except ValueError:
+            return str(code)
+
 
 class ControllerError(Exception):
     """Base of every error this project raises on purpose."""

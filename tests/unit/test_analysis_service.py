@@ -319,3 +319,23 @@ def test_a_summary_is_checked_against_the_known_answers_field_by_field() -> None
     summary["availability"]["offline_intervals"] = 3
     summary["availability"]["failovers"] = 1
     assert synthetic.differences(summary, expected) == ["failovers: 1 instead of 2"]
+
+
+def test_the_client_names_an_error_code_it_does_not_know_by_its_number(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    from controller_svc.analytics import cli
+    from kcontroller.v1 import analysis_pb2
+
+    answers = {
+        "/new": analysis_pb2.AnalyzeResponse(error_code=999, error_message="a newer service's refusal", exit_code=2),
+        "/known": analysis_pb2.AnalyzeResponse(error_code=int(ErrorCode.INVALID_REQUEST), error_message="bad input: x"),
+    }
+    monkeypatch.setattr(service, "request_analysis", lambda address, logdirs, out, cluster_by: answers[out])
+    for out, printed in [("/new", "a newer service's refusal (999)"), ("/known", "bad input: x (INVALID_REQUEST)")]:
+        args = argparse.Namespace(service="127.0.0.1:1", logdirs=["/l"], out=out, cluster_by="", master=None, conf=[])
+        assert cli._analyze_in_service(args) == 2
+        assert f"analyze: {printed}" in capsys.readouterr().err
+    assert ErrorCode.name_of(-1) == "UNKNOWN_SERVER_ERROR" and ErrorCode.name_of(1000) == "1000"
