@@ -14,7 +14,8 @@ service cannot know the client's working directory; the client makes its own abs
 service reads and writes whatever paths a request names, as its own user: it listens on
 loopback by default, or on a Unix socket, or with mutual TLS (the KCONTROLLER_TLS_* environment,
 common/tls.py). SIGTERM or SIGINT: NOT_SERVING, the running analysis finishes, the queued ones
-are refused (UNAVAILABLE), then Spark stops.
+are refused (UNAVAILABLE), then Spark stops. If Spark's JVM dies, the service exits 1 (a
+supervisor restarts it): it never answers from a broken session.
 
 Before it says SERVING the service warms up (`--warmup-runs`, warm_up): it analyses a small
 generated history a few times, so that the JIT has compiled Spark's planning and scheduling code

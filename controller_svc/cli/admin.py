@@ -138,11 +138,10 @@ async def _run(args: argparse.Namespace) -> int:
             raise AdminError(f"{ErrorCode.name_of(elected.error_code)}: {elected.error_message}")
         failed = 0
         for e in elected.partitions:
-            code = ErrorCode(e.error_code)
-            if code not in (ErrorCode.NONE, ErrorCode.ELECTION_NOT_NEEDED):
+            if e.error_code not in (ErrorCode.NONE, ErrorCode.ELECTION_NOT_NEEDED):
                 failed += 1
             print(
-                f"{e.topic}-{e.partition}: {code.name}"
+                f"{e.topic}-{e.partition}: {ErrorCode.name_of(e.error_code)}"
                 + (f" (leader {e.leader})" if e.leader >= 0 else "")
                 + (f": {e.error_message}" if e.error_message else "")
             )
