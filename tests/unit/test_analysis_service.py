@@ -339,3 +339,33 @@ def test_the_client_names_an_error_code_it_does_not_know_by_its_number(
         assert cli._analyze_in_service(args) == 2
         assert f"analyze: {printed}" in capsys.readouterr().err
     assert ErrorCode.name_of(-1) == "UNKNOWN_SERVER_ERROR" and ErrorCode.name_of(1000) == "1000"
+
+
+async def test_the_memory_an_analysis_freed_is_given_back_after_each_one(
+    stand_in: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    released: list[int] = []
+    monkeypatch.setattr(service, "release_freed_memory", lambda: released.append(len(stand_in.started)))
+    Warming(monkeypatch)
+    analyses = service.Analyses(spark=object(), max_queued=1)  # type: ignore[arg-type]
+    stand_in.fail["/broken"] = OSError("disk full")
+    for out in ("/a", "/broken"):
+        stand_in.open(out)
+    assert (await analyses.submit(["/l"], "/a", "")).error_code == ErrorCode.NONE
+    assert (await analyses.submit(["/l"], "/broken", "")).error_code == ErrorCode.UNKNOWN_SERVER_ERROR
+    assert released == [1, 2]  # after each analysis, a failed one too
+    warm = asyncio.ensure_future(analyses.warm_up(2))
+    await _until(lambda: len(stand_in.started) == 3)
+    stand_in.open(stand_in.started[2])
+    assert (await warm).runs == 2 and released == [1, 2, 4]  # once after the warm-up
+
+
+def test_releasing_freed_memory_leaves_arrow_working() -> None:
+    import pyarrow as pa
+
+    before = pa.default_memory_pool().bytes_allocated()
+    table = pa.table({"x": pa.array(range(100_000), pa.int64())})
+    del table
+    service.release_freed_memory()
+    assert pa.default_memory_pool().bytes_allocated() == before
+    assert pa.array([1, 2, 3], pa.int64()).to_pylist() == [1, 2, 3]

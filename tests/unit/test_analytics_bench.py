@@ -80,3 +80,13 @@ def test_the_split_covers_the_modes_asked_for() -> None:
     assert split["service_seconds_per_million_smallest"] == 6.0
     assert split["cold_fixed_s"] == pytest.approx(11.0)
     assert not any(key.startswith("warm_") for key in split)
+
+
+def test_the_memory_benchmark_reads_a_steady_growth_as_its_slope() -> None:
+    from bench import analytics_service_memory
+
+    assert analytics_service_memory.slope_per_analysis([100.0, 102.0, 104.0, 106.0]) == pytest.approx(2.0)
+    # A cache's first filling then a plateau: no growth in the plateau.
+    assert analytics_service_memory.slope_per_analysis([500.0, 500.0, 500.0]) == 0.0
+    assert analytics_service_memory.slope_per_analysis([7.0]) == 0.0
+    assert analytics_service_memory.slope_per_analysis([3.0, 1.0]) == pytest.approx(-2.0)
