@@ -273,7 +273,12 @@ def test_the_warm_up_comes_before_serving_and_a_request_waits_for_it(tmp_path: p
         # started) takes seconds, the health check a fraction of one.
         warming = health_of(running)
         assert warming.returncode == 1 and "NOT_SERVING" in warming.stdout, warming.stdout + warming.stderr
-        assert list(temporary.glob("kcontroller-warmup-*")), "the warm-up's history is not where TMPDIR says"
+        # The warm-up task starts on the service's loop just after the listening line.
+        deadline = time.monotonic() + 120
+        while not list(temporary.glob("kcontroller-warmup-*")):
+            assert time.monotonic() < deadline, "the warm-up's history is not where TMPDIR says"
+            assert running.process.poll() is None, "".join(running.output[-40:])
+            time.sleep(0.05)
         scenarios.clean_failover(tmp_path / "logs")
         result = analyze(running, str(tmp_path / "logs"), "--out", str(tmp_path / "out"), "--json")
         assert result.returncode == 0, result.stderr + "".join(running.output[-40:])
