@@ -80,12 +80,16 @@ def update_metadata_partitions(state: BrokerState, partitions: Sequence[common_p
     # tuple.__new__: the NamedTuple keys without their Python-level __new__ (a failover's
     # UpdateMetadata carries every partition of the cluster, to every broker at once).
     new = tuple.__new__
+    cached: list[tuple[TopicPartition, common_pb2.PartitionState]] = []
     for partition in partitions:
         tp = new(TopicPartition, (partition.topic, partition.partition))
         if partition.leader == LEADER_DURING_DELETE:  # the topic is being deleted
+            metadata.set_many(cached)  # in the request's order
+            cached.clear()
             metadata.pop(tp, None)
         else:
-            metadata[tp] = partition
+            cached.append((tp, partition))
+    metadata.set_many(cached)
 
 
 def apply_leader_and_isr(state: BrokerState, request: broker_pb2.LeaderAndIsrRequest) -> ApplyResult:
@@ -111,7 +115,9 @@ def leader_and_isr_partitions(
     new = tuple.__new__
     for partition in partitions:
         tp = new(TopicPartition, (partition.topic, partition.partition))
-        replicas = tuple(partition.replicas)
+        # A repeated field sliced to a list first: a third of the time of tuple() over the
+        # field itself (upb's container iterates element by element through Python).
+        replicas = tuple(partition.replicas[:])
         current = changes.get(tp) or roles.get(tp)
         partition_error = check(
             broker_id,
@@ -130,7 +136,7 @@ def leader_and_isr_partitions(
                 "leader" if leader == broker_id else "follower",
                 leader,
                 partition.leader_epoch,
-                tuple(partition.isr),
+                tuple(partition.isr[:]),
                 replicas,
                 partition.controller_epoch,
                 partition.zk_version,

@@ -6,7 +6,7 @@ Owned by the broker's gRPC handlers, which apply one control request at a time.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping, Set
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -95,13 +95,29 @@ class RoleTable(ObservedDict[TopicPartition, PartitionRole]):
 
     def set_many(self, entries: Mapping[TopicPartition, PartitionRole]) -> None:
         """`self[tp] = role` for each entry, without the per-entry indirections (a LeaderAndIsr
-        applies thousands at once)."""
+        applies thousands at once). A role that keeps its kind and everything the counts
+        depend on (a follower's new leader epoch or ISR, a leader's new epoch) changes only
+        its epoch in the index, instead of leaving every count and joining it again."""
         get = dict.get
         setitem = dict.__setitem__
         account = self._account
+        epochs_by_topic = self.epochs_by_topic
         for tp, role in entries.items():
             previous = get(self, tp)
             if previous is not None:
+                kind = role.role
+                if kind == previous.role and (
+                    kind == "follower"
+                    or (
+                        kind == "leader"
+                        and role.leader == previous.leader
+                        and role.isr == previous.isr
+                        and role.replicas == previous.replicas
+                    )
+                ):
+                    setitem(self, tp, role)
+                    epochs_by_topic[tp[0]][tp[1]] = role.leader_epoch
+                    continue
                 account(tp, previous, -1)
             setitem(self, tp, role)
             account(tp, role, 1)
@@ -144,6 +160,23 @@ class MetadataCache(ObservedDict[TopicPartition, common_pb2.PartitionState]):
         # ObservedDict's contract in one call (a failover's UpdateMetadata writes 1M).
         dict.__setitem__(self, tp, state)
         self._added(tp, state)
+
+    def set_many(self, entries: Iterable[tuple[TopicPartition, common_pb2.PartitionState]]) -> None:
+        """`self[tp] = state` for each entry (an UpdateMetadata slice: thousands), the topic's
+        bookkeeping once per run of entries of one topic (a request's partitions come sorted)."""
+        setitem = dict.__setitem__
+        fields_by_topic = self._fields
+        topic: str | None = None
+        fields: dict[int, bytes | None] = {}
+        for tp, state in entries:
+            setitem(self, tp, state)
+            if tp[0] != topic:
+                topic = tp[0]
+                got = fields_by_topic.get(topic)
+                fields = fields_by_topic[topic] = {} if got is None else got
+                self._digests.pop(topic, None)
+                self._stale.add(topic)
+            fields[tp[1]] = None
 
     def _added(self, tp: TopicPartition, state: common_pb2.PartitionState) -> None:
         topic = tp[0]
@@ -208,7 +241,8 @@ class BrokerState:
     controller_id: int = -1
     controller_endpoint: str = ""
     live_brokers: dict[int, common_pb2.LiveBroker] = field(default_factory=dict)
-    metadata: dict[TopicPartition, common_pb2.PartitionState] = field(default_factory=MetadataCache)
+    # A dict given here becomes the broker's MetadataCache (__post_init__).
+    metadata: MetadataCache = field(default_factory=MetadataCache)
     # A dict given here becomes the broker's RoleTable (__post_init__).
     roles: RoleTable = field(default_factory=lambda: RoleTable(-1))
     update_metadata_count: int = 0

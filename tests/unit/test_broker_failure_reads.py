@@ -1,12 +1,12 @@
-"""A broker failure's ISR clean-up (OfflineReplica) reads back from ZooKeeper only the states it
-did not write itself in the same event: the partitions the failed broker led were just written
-by their election (without it); those it followed, and those whose election failed, are read
-as Kafka's removeReplicasFromIsr reads them, once each. Either way, the same requests go out
-and ZooKeeper ends in the same states, which the controller's cache then holds."""
+"""A broker failure's ISR clean-up (OfflineReplica) reads from ZooKeeper only the states whose
+cached ISR lacks the failed broker: those it followed are written from the cache at their
+cached version (a conditional write that succeeds only on the very state cached), the
+partitions it led were just written by their election. Kafka's removeReplicasFromIsr reads
+every state first; either way the same requests go out and ZooKeeper ends in the same states,
+which the controller's cache then holds."""
 
 from __future__ import annotations
 
-import collections
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -52,13 +52,16 @@ def _cluster(seed: int) -> tuple[ControllerContext, ReadCountingStore]:
 
 
 async def _fail(seed: int, read_everything: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    if read_everything:  # what Kafka's ReplicaStateMachine does: read back every partition
-        original = ReplicaStateMachine.handle_state_changes
+    if read_everything:  # what Kafka's ReplicaStateMachine does: read back every partition first
+        original = ReplicaStateMachine._remove_from_isr_pipelined
 
-        async def reading_everything(self: ReplicaStateMachine, replicas: Any, target: Any, **_: Any) -> Any:
-            return await original(self, replicas, target)
+        async def reading_everything(self: ReplicaStateMachine, broker_id: int, partitions: Any, updated: Any) -> Any:
+            fresh = await self.store.read(partitions)
+            self.ctx.set_partition_states({tp: state for tp, state in fresh.items() if state is not None})
+            return await original(self, broker_id, partitions, updated)
 
-        monkeypatch.setattr(ReplicaStateMachine, "handle_state_changes", reading_everything)
+        monkeypatch.setattr(ReplicaStateMachine, "_remove_from_isr_pipelined", reading_everything)
+        monkeypatch.setattr(ReplicaStateMachine, "handle_state_changes", _without_the_elections_writes)
     ctx, store = _cluster(seed)
     before = dict(ctx.partition_states)
     sink = RecordingSink()
@@ -76,6 +79,13 @@ async def _fail(seed: int, read_everything: bool, monkeypatch: pytest.MonkeyPatc
     }
 
 
+_handle_state_changes = ReplicaStateMachine.handle_state_changes
+
+
+async def _without_the_elections_writes(self: ReplicaStateMachine, replicas: Any, target: Any, **_: Any) -> Any:
+    return await _handle_state_changes(self, replicas, target)
+
+
 @pytest.mark.parametrize("seed", range(6))
 async def test_the_clean_up_reads_only_what_the_elections_did_not_write(
     monkeypatch: pytest.MonkeyPatch, seed: int
@@ -88,8 +98,7 @@ async def test_the_clean_up_reads_only_what_the_elections_did_not_write(
     stuck = led - elected  # the dead broker was alone in the ISR
     followed = {tp for tp, s in before.items() if DEAD in s.isr and tp not in led}
     assert elected and stuck and followed  # every kind is in the cluster
-    assert set(ours["read"]) == stuck | followed
-    assert max(collections.Counter(ours["read"]).values()) == 1
+    assert ours["read"] == []  # every cached ISR holding the broker is current: none read
     assert dict(ours["ctx"].partition_states) == ours["znodes"]
     assert set(kafkas["read"]) == led | followed
     assert ours["sent"] == kafkas["sent"] and ours["znodes"] == kafkas["znodes"]
@@ -121,7 +130,8 @@ async def test_a_state_changed_since_the_election_is_read(monkeypatch: pytest.Mo
 
 
 async def test_a_partition_followed_by_two_failed_brokers_loses_both_from_its_isr() -> None:
-    """Each failed broker's removal reads the state the one before it wrote."""
+    """Each failed broker's removal starts from the state the one before it wrote (cached as
+    written, at its new version): nothing read, the leader epoch bumped by each."""
     ctx = context([1, 2, 3, 4, 5], {"t": {p: [1, 2, 3] for p in range(12)}})
     store = ReadCountingStore()
     for p in range(12):
@@ -132,13 +142,15 @@ async def test_a_partition_followed_by_two_failed_brokers_loses_both_from_its_is
     del ctx.live_brokers[2], ctx.live_brokers[3]
     await manager.on_broker_failure({2, 3})
     assert all(store.znodes[TopicPartition("t", p)].isr == (1,) for p in range(12))
+    assert all(store.znodes[TopicPartition("t", p)].leader_epoch == 3 for p in range(12))
     assert dict(ctx.partition_states) == store.znodes
-    assert collections.Counter(store.read_partitions) == {TopicPartition("t", p): 2 for p in range(12)}
+    assert store.read_partitions == []
 
 
 async def test_a_live_brokers_failed_log_dir_reads_every_partition_back() -> None:
-    """Replicas of a live broker going offline (a failed log dir): its partitions' new leaders
-    could take it back into their ISR, so the clean-up reads every state, as Kafka does."""
+    """Replicas of a live broker going offline (a failed log dir): the new leaders its
+    partitions were just given could take it back into their ISR, so the clean-up reads back
+    the states the elections wrote (their cached ISR lacks the broker), as Kafka does."""
     ctx, store = _cluster(0)
     manager = PartitionManager(9, ctx, store, RecordingSink(), null_log(), lambda: False)
     await manager.initialize_state_machines()
@@ -146,6 +158,7 @@ async def test_a_live_brokers_failed_log_dir_reads_every_partition_back() -> Non
     ctx.replicas_on_offline_dirs[DEAD] = {r.tp for r in on_dead}
     led = {tp for tp, s in ctx.partition_states.items() if s.leader == DEAD}
     await manager.on_replicas_become_offline(on_dead)
-    assert any(ctx.partition_states[tp].leader not in (DEAD, -1) for tp in led)  # some were elected
-    assert led <= set(store.read_partitions)
+    elected = {tp for tp in led if ctx.partition_states[tp].leader not in (DEAD, -1)}
+    assert elected  # some were elected
+    assert elected <= set(store.read_partitions)
     assert dict(ctx.partition_states) == store.znodes

@@ -8,7 +8,7 @@ import random
 
 from broker_stub import replica_manager
 from broker_stub.state import BrokerState, MetadataCache
-from controller_svc.common.model import LeaderIsrAndControllerEpoch, TopicPartition
+from controller_svc.common.model import LEADER_DURING_DELETE, LeaderIsrAndControllerEpoch, TopicPartition
 from controller_svc.core.context import ControllerContext
 from controller_svc.core.replica_epochs import topics_lacking
 from controller_svc.core.request_batch import RequestBatch, metadata_topic_digests
@@ -143,6 +143,17 @@ def test_the_cache_digests_equal_a_fresh_computation_after_any_writes() -> None:
         elif action < 0.95:
             cache.setdefault(tp, common_pb2.PartitionState(topic=tp.topic, partition=tp.partition))
             plain.setdefault(tp, cache[tp])
+        elif action < 0.96:
+            # an UpdateMetadata slice's bulk write: topics in runs, a topic coming back later
+            entries = [
+                (
+                    bulk := TopicPartition(rng.choice("xyz"), rng.randrange(20)),
+                    common_pb2.PartitionState(topic=bulk.topic, partition=bulk.partition, leader_epoch=step, isr=[1]),
+                )
+                for _ in range(rng.randrange(6))
+            ]
+            cache.set_many(entries)
+            plain.update(entries)
         elif action < 0.97:
             cache.digests()  # made, then invalidated by later writes
         elif action < 0.999:
@@ -171,3 +182,35 @@ def test_a_standbys_digest_counts_only_while_nothing_was_written_and_its_brokers
     ctx.hand_over_metadata_digests({"a": (b"standby-a", frozenset({1, 2, 3}))})
     ctx.set_assignment(TopicPartition("c", 2), ctx.assignments["c"][0])
     assert metadata_topic_digests(ctx, ["a"]) == {"a": computed["a"]}
+
+
+def test_an_update_applies_its_partitions_in_order_deletions_included() -> None:
+    """A deleted topic's partition (leader -2) leaves the cache where the request has it: a
+    state before it is removed, one after it stays."""
+    broker = BrokerState(broker_id=1, broker_epoch=3)
+
+    def state(topic: str, partition: int, leader: int) -> common_pb2.PartitionState:
+        return common_pb2.PartitionState(topic=topic, partition=partition, leader=leader, leader_epoch=1, isr=[1])
+
+    request = broker_pb2.UpdateMetadataRequest(
+        controller_id=9,
+        controller_epoch=1,
+        broker_epoch=3,
+        partition_states=[
+            state("a", 0, 1),
+            state("a", 1, 1),
+            state("b", 0, 1),
+            state("a", 0, LEADER_DURING_DELETE),
+            state("b", 1, LEADER_DURING_DELETE),
+            state("b", 1, 2),
+            state("c", 0, 1),
+        ],
+    )
+    assert replica_manager.apply_update_metadata(broker, request).applied
+    assert {tp: s.leader for tp, s in broker.metadata.items()} == {
+        TopicPartition("a", 1): 1,
+        TopicPartition("b", 0): 1,
+        TopicPartition("b", 1): 2,
+        TopicPartition("c", 0): 1,
+    }
+    assert broker.metadata.digests() == MetadataCache(dict(broker.metadata)).digests()

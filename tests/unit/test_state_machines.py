@@ -270,7 +270,7 @@ async def test_offline_replicas_in_slices_as_in_one_pass(
     assert written == ({r.tp for r in replicas} if fail_after is None else {r.tp for r in replicas[:fail_after]})
     assert told == written
     assert all(rsm.state(r) is ReplicaState.OFFLINE for r in replicas)
-    assert reads == ([2, 2, 1] if fail_after is None else [2, 2])  # one fresh read per slice
+    assert reads == []  # every cached ISR holds the replica: written from the cache
 
 
 async def test_unclean_permission_is_read_from_zookeeper_at_the_election_not_from_the_cache() -> None:
@@ -469,33 +469,41 @@ async def test_a_moved_controller_among_the_slices_outranks_a_refused_one(monkey
 
 
 @pytest.mark.parametrize("fault", [None, "unavailable", "conflict"])
-async def test_isr_removal_reads_all_its_chunks_at_once_and_acts_on_each_write_as_one_pass(
+async def test_isr_removal_writes_from_the_cache_and_reads_only_isrs_that_lack_the_replica(
     monkeypatch: pytest.MonkeyPatch, fault: str | None
 ) -> None:
-    """The ISR removal's first attempt (ISR_REMOVAL_CHUNK, here 2 of 5 partitions) sends every
-    chunk's read before any write, each chunk's write once its read is in: the same outcome as
-    one read and one write. ZooKeeper failing after 3 writes leaves the committed ones'
-    requests in the batch; a znode that moved under a chunk's write is read again and written."""
+    """The ISR removal's first attempt (ISR_REMOVAL_CHUNK, here 2 of 5 partitions): a partition
+    whose cached ISR holds the replica is written from the cache at the cached version, without
+    a read; one whose cached ISR lacks it (a leader grew the ISR, its notification not processed
+    yet) is read first and the replica removed from ZooKeeper's ISR all the same. ZooKeeper
+    failing after 3 writes leaves the committed ones' requests in the batch; a znode that moved
+    under a write from the cache (a leader's ISR write) is read and written at its new version."""
     from controller_svc.controller import replica_state_machine
 
     monkeypatch.setattr(replica_state_machine, "ISR_REMOVAL_CHUNK", 2)
     ctx, store, batch, psm, rsm = machines(assignment={p: [2, 1, 3] for p in range(5)})
     await bring_online(ctx, store, batch, psm, rsm)
+    stale = [TopicPartition("t", 1), TopicPartition("t", 4)]
+    for tp in stale:
+        store.bump(tp, (2, 3))
+        ctx.partition_states[tp] = store.znodes[tp]
+        store.bump(tp, (2, 3, 1))  # the leader took 1 back; the controller has not heard yet
     replicas = [PartitionAndReplica(TopicPartition("t", p), 1) for p in range(5)]
-    calls: list[str] = []
+    reads: list[list[TopicPartition]] = []
+    writes: list[int] = []
     bumped: list[TopicPartition] = []
     read, update = store.read, store.update
+    moved = TopicPartition("t", 3)
 
     async def logged_read(partitions: Any) -> Any:
-        calls.append(f"read {len(partitions)}")
+        reads.append(sorted(partitions))
         return await read(partitions)
 
     async def logged_update(states: Any) -> Any:
-        calls.append(f"write {len(states)}")
-        moved = TopicPartition("t", 3)
+        writes.append(len(states))
         if fault == "conflict" and moved in states and not bumped:
             bumped.append(moved)
-            store.bump(moved, (2, 1, 3))  # a broker's ISR write between our read and our write
+            store.bump(moved, (2, 1, 3))  # a leader's ISR write the cache has not seen
         return await update(states)
 
     monkeypatch.setattr(store, "read", logged_read)
@@ -511,15 +519,39 @@ async def test_isr_removal_reads_all_its_chunks_at_once_and_acts_on_each_write_a
     batch.clear()
     written = {tp for tp in store.znodes if 1 not in store.znodes[tp].isr}
     everything = {r.tp for r in replicas}
-    assert written == (everything if fault != "unavailable" else {r.tp for r in replicas[:3]})
-    assert told == written
     assert all(rsm.state(r) is ReplicaState.OFFLINE for r in replicas)
-    assert calls[:3] == ["read 2", "read 2", "read 1"]  # all reads out before the first write
+    assert told == written
+    assert dict(ctx.partition_states) == store.znodes
+    if fault == "unavailable":
+        assert len(written) == 3 and store.writes == 3 + len(everything)  # three of five committed
+        return
+    assert written == everything  # the stale ISRs' replica removed too
+    assert reads[0] == stale  # the only ISRs that needed reading
     if fault is None:
-        assert calls == ["read 2", "read 2", "read 1", "write 2", "write 2", "write 1"]
-    if fault == "conflict":  # the moved znode read again and written at its new version
-        assert calls == ["read 2", "read 2", "read 1", "write 2", "write 2", "write 1", "read 1", "write 1"]
-        assert store.znodes[TopicPartition("t", 3)].isr == (2, 3)
+        assert reads == [stale] and sorted(writes) == [1, 2, 2]
+    else:  # the moved znode read again and written at its new version
+        assert reads == [stale, [moved]] and sorted(writes) == [1, 1, 2, 2]
+        assert store.znodes[moved].isr == (2, 3)
+
+
+async def test_a_leaders_isr_write_met_by_a_removal_from_the_cache_is_not_taken_for_ours() -> None:
+    """The cache still has broker 1 in t-0's ISR, but its leader has since shrunk the ISR
+    without it (same leader epoch, the current controller's epoch in the znode). The removal's
+    write from the cache meets a moved version and reads the state: nothing is left to remove,
+    and it is not our write applied with its reply lost, so no LeaderAndIsr is sent for it (the
+    leader's own ISR-change notification announces it); t-1's removal goes out as usual."""
+    ctx, store, batch, psm, rsm = machines(assignment={0: [2, 1, 3], 1: [2, 1, 3]})
+    await bring_online(ctx, store, batch, psm, rsm)
+    t1 = TopicPartition("t", 1)
+    store.bump(T0, (2, 3))
+    assert store.znodes[T0].controller_epoch == ctx.epoch and 1 in ctx.partition_states[T0].isr
+    batch.new_batch()
+    await rsm.handle_state_changes([PartitionAndReplica(T0, 1), PartitionAndReplica(t1, 1)], ReplicaState.OFFLINE)
+    told = set(batch.leader_and_isr.get(2, {}))
+    batch.clear()
+    assert told == {t1}
+    assert ctx.partition_states[T0] == store.znodes[T0] and store.znodes[T0].isr == (2, 3)
+    assert store.znodes[t1].isr == (2, 3) and store.znodes[t1].leader_epoch == ctx.partition_states[t1].leader_epoch
 
 
 @pytest.mark.parametrize(

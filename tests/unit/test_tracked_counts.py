@@ -252,6 +252,13 @@ def test_role_table_counts_equal_a_recount_after_random_writes(seed: int) -> Non
             if r.role in ("leader", "follower"):
                 epochs.setdefault(tp.topic, {})[tp.partition] = r.leader_epoch
         assert state.role_epochs_by_topic() == epochs
+        out_of_isr: dict[int, set[TopicPartition]] = {}
+        for tp, r in state.roles.items():
+            if r.role == "leader" and len(r.isr) < len(r.replicas):
+                for replica in r.replicas:
+                    if replica not in r.isr:
+                        out_of_isr.setdefault(replica, set()).add(tp)
+        assert state.roles.out_of_isr == out_of_isr
 
 
 def test_under_replicated_led_leaves_out_partitions_on_a_failed_log_dir() -> None:
