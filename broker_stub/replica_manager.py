@@ -115,8 +115,9 @@ def leader_and_isr_partitions(
     new = tuple.__new__
     for partition in partitions:
         tp = new(TopicPartition, (partition.topic, partition.partition))
-        # A repeated field sliced to a list first: a third of the time of tuple() over the
-        # field itself (upb's container iterates element by element through Python).
+        # A repeated field sliced to a list first: about a third of the time of tuple() over
+        # the field itself in a timeit of one message (upb's container is iterated element by
+        # element through Python's iterator protocol).
         replicas = tuple(partition.replicas[:])
         current = changes.get(tp) or roles.get(tp)
         partition_error = check(
