@@ -161,6 +161,8 @@ async def measure(
                 "step": r.get("step"),
                 "blocked_ms": r["blocked_ms"],
                 "at_ms": round(r["ts"] - t0 * 1000, 1),
+                # the loop thread's stacks the monitor sampled while it was held
+                "held_in": r.get("held_in", []),
             }
             for r in sorted(blocked, key=lambda r: -r["blocked_ms"])[:5]
         ],
@@ -250,6 +252,7 @@ async def long_operation(
         "no_election_no_resignation": elections == 0 and resignations == 0 and handled_s is not None,
         "gave_up_after_s": None if handled_s is not None else give_up_s,
         "max_event_loop_blocked_ms": max((r["blocked_ms"] for r in blocked), default=0),
+        "longest_block_held_in": max(blocked, key=lambda r: r["blocked_ms"]).get("held_in", []) if blocked else [],
     }
 
 

@@ -7,8 +7,9 @@ The standby's failover loads a few thousand real partitions and then, through th
 injection `debug.failover.hold.loop.ms`, computes for three session timeouts without yielding,
 as a failover over a very large cluster does (bench/failover.py measures the real thing at 100k
 partitions). The test proves that the hold happened (the controller's own `event_loop.blocked`
-record), then that the failover completed with exactly one election, no resignation and no
-lost session, and that the brokers follow the new controller.
+record, which names the injected step's function as where the loop was held), then that the
+failover completed with exactly one election, no resignation and no lost session, and that the
+brokers follow the new controller.
 """
 
 from __future__ import annotations
@@ -75,12 +76,20 @@ async def test_failover_that_holds_the_loop_past_the_session_timeout_keeps_its_s
     # changed, or a retry), so any of the events that elect.
     longest = max(blocked, key=lambda r: r["blocked_ms"])
     assert longest["step"] in ELECTING_EVENTS, longest
+    # Where: the monitor's sampler took the loop thread's stack while it was held.
+    injected = [
+        stack
+        for stack in longest["held_in"]
+        if stack.startswith("controller_svc/controller/term.py:") and " hold_event_loop < " in stack
+    ]
+    assert injected, longest
     elections = [r for r in records if r["kind"] == "controller.elected" and r["controller_epoch"] > old_epoch]
     assert [(r["controller_id"], r["controller_epoch"]) for r in elections] == [(new_id, old_epoch + 1)]
     assert not [r for r in records if r["kind"] == "controller.resigned" and r["node"] == new_node]
     process_log = await asyncio.to_thread(pathlib.Path(cluster.logs, f"{new_node}.log").read_text)
     assert "lost (expired or closed by the server)" not in process_log, process_log[-3000:]
     assert re.search(rf"event loop held for \d+ ms by {longest['step']} ", process_log), process_log[-3000:]
+    assert f"held in: {injected[0]}" in process_log, process_log[-3000:]
     assert (await read_controller(cluster.zookeeper)) == (new_id, old_epoch + 1)
     snapshot = await cluster.converged(min_epoch=old_epoch + 1, timeout_s=60)
     assert snapshot.controller_epoch == old_epoch + 1
