@@ -54,6 +54,23 @@ TARGET_RATIO_TO_FLOOR = 3.0
 SPLIT_CONF = "spark.sql.files.maxPartitionBytes"
 
 
+# Where the analytics benchmarks keep the histories they generate (one per size, made once).
+HISTORY_DIR = str(pathlib.Path(tempfile.gettempdir()) / "kc-bench-analytics")
+
+
+def add_history_arguments(parser: argparse.ArgumentParser, events: int | None = None, master: bool = True) -> None:
+    """The arguments the analytics benchmarks share: `--events` (`events` the default size; None:
+    repeatable, the benchmark's own sizes by default), `--dir` (HISTORY_DIR) and, `master`,
+    Spark's `--master`."""
+    if events is None:
+        parser.add_argument("--events", type=int, action="append", help="history sizes (repeatable)")
+    else:
+        parser.add_argument("--events", type=int, default=events, help="the history's size")
+    parser.add_argument("--dir", default=HISTORY_DIR, help="where the generated histories are kept")
+    if master:
+        parser.add_argument("--master", default="local[*]")
+
+
 def history(base: pathlib.Path, events: int) -> tuple[pathlib.Path, dict[str, Any]]:
     directory = base / f"history-{events}"
     answers = directory / "expected.json"
@@ -198,9 +215,7 @@ def _lower_median(samples: list[float]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, action="append", help="history sizes (repeatable)")
-    parser.add_argument("--dir", default=str(pathlib.Path(tempfile.gettempdir()) / "kc-bench-analytics"))
-    parser.add_argument("--master", default="local[*]")
+    add_history_arguments(parser)
     parser.add_argument(
         "--runs",
         type=int,

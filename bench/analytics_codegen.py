@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import logging
 import pathlib
-import tempfile
 from typing import Any
 
 from bench import analytics as bench_analytics
@@ -84,8 +83,7 @@ def measure(logs: pathlib.Path, out_dir: pathlib.Path, conf: dict[str, str]) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--dir", default=str(pathlib.Path(tempfile.gettempdir()) / "kc-bench-analytics"))
+    bench_analytics.add_history_arguments(parser, events=1_000_000, master=False)
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting to add")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()

@@ -40,7 +40,6 @@ import argparse
 import json
 import pathlib
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -49,7 +48,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from bench import common
-from bench.analytics import floor_seconds, history
+from bench.analytics import add_history_arguments, floor_seconds, history
 from controller_svc.analytics import census, ingest, job, schema, session
 
 
@@ -79,10 +78,8 @@ def _write_fields(spark: Any, logs: pathlib.Path, out: str, kept_when: Column | 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=10_000_000)
+    add_history_arguments(parser, events=10_000_000)
     parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--dir", default=str(pathlib.Path(tempfile.gettempdir()) / "kc-bench-analytics"))
-    parser.add_argument("--master", default="local[*]")
     parser.add_argument("--out", help="also write the report (JSON) here")
     args = parser.parse_args()
     if args.runs < 1:

@@ -93,10 +93,9 @@ def one_session(logs: pathlib.Path, warmups: int, runs: int, work: pathlib.Path)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=1_000_000)
+    analytics.add_history_arguments(parser, events=1_000_000, master=False)
     parser.add_argument("--runs", type=int, default=4, help="timed analyses after the warm-up")
     parser.add_argument("--warmups", type=int, action="append", help="warm-up counts to compare (repeatable)")
-    parser.add_argument("--dir", default=str(pathlib.Path(tempfile.gettempdir()) / "kc-bench-analytics"))
     parser.add_argument("--note", default="")
     parser.add_argument("--out", help="also write the report (JSON) here")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child's warm-up count

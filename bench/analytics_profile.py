@@ -29,7 +29,6 @@ import pathlib
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -327,8 +326,7 @@ def profile(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--dir", default=str(pathlib.Path(tempfile.gettempdir()) / "kc-bench-analytics"))
+    bench_analytics.add_history_arguments(parser, events=1_000_000, master=False)
     parser.add_argument("--out", required=True, help="the text summary")
     parser.add_argument("--jfr", help="where to keep the recording (default: DIR/profile-EVENTS.jfr)")
     parser.add_argument("--top", type=int, default=12)

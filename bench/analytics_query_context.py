@@ -22,7 +22,6 @@ import argparse
 import json
 import pathlib
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -105,9 +104,8 @@ def measure(logs: pathlib.Path, out_dir: pathlib.Path, rounds: int) -> dict[str,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=20_000)
+    bench_analytics.add_history_arguments(parser, events=20_000, master=False)
     parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--dir", default=str(pathlib.Path(tempfile.gettempdir()) / "kc-bench-analytics"))
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
     if args.rounds < 1:

@@ -31,7 +31,6 @@ import pathlib
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -87,9 +86,7 @@ def command_run(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, action="append", help="history sizes (repeatable)")
-    parser.add_argument("--dir", default=str(pathlib.Path(tempfile.gettempdir()) / "kc-bench-analytics"))
-    parser.add_argument("--master", default="local[*]")
+    analytics.add_history_arguments(parser)
     parser.add_argument("--runs", type=int, default=2, help="timed runs of each measurement; medians reported")
     parser.add_argument("--warmup-runs", type=int, default=1, help="untimed service analyses of each size first")
     parser.add_argument(

@@ -18,7 +18,6 @@ import argparse
 import json
 import pathlib
 import signal
-import tempfile
 import time
 from typing import Any
 
@@ -76,10 +75,8 @@ def slope_per_analysis(values: list[float]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=1_000_000)
+    analytics.add_history_arguments(parser, events=1_000_000)
     parser.add_argument("--analyses", type=int, default=20)
-    parser.add_argument("--dir", default=str(pathlib.Path(tempfile.gettempdir()) / "kc-bench-analytics"))
-    parser.add_argument("--master", default="local[*]")
     parser.add_argument("--note", default="")
     parser.add_argument("--out", help="also write the report (JSON) here")
     args = parser.parse_args()

@@ -40,7 +40,6 @@ import json
 import logging
 import pathlib
 import shutil
-import tempfile
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -294,9 +293,8 @@ def measure(logs: pathlib.Path, out_dir: pathlib.Path, runs: int, event_dir: pat
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=1_000_000)
+    bench_analytics.add_history_arguments(parser, events=1_000_000, master=False)
     parser.add_argument("--runs", type=int, default=2, help="analyses in one JVM: the first cold, the rest warm")
-    parser.add_argument("--dir", default=str(pathlib.Path(tempfile.gettempdir()) / "kc-bench-analytics"))
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
     if args.runs < 1:
