@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import threading
 import time
 from typing import Any
 
@@ -32,10 +33,11 @@ def _compute_for(seconds: float) -> None:
         sum(range(1000))
 
 
-def _compute_until_sampled(monitor: EventLoopMonitor, give_up_s: float = 30.0) -> None:
-    """Holds the loop (pure Python, as a long step does) until the sampler has seen it."""
-    deadline = time.monotonic() + give_up_s
-    while not monitor._held and time.monotonic() < deadline:
+def _compute_until_sampled(monitor: EventLoopMonitor, at_least_s: float, give_up_s: float = 30.0) -> None:
+    """Holds the loop (pure Python, as a long step does) for `at_least_s` and until the sampler
+    has seen it."""
+    started = time.monotonic()
+    while time.monotonic() - started < give_up_s and (not monitor._held or time.monotonic() - started < at_least_s):
         sum(range(1000))
 
 
@@ -45,7 +47,7 @@ async def test_a_held_loop_is_reported_with_the_stack_it_was_held_in(caplog: pyt
     running = asyncio.ensure_future(monitor.run())
     await asyncio.sleep(0.05)
     with caplog.at_level(logging.WARNING, logger=loop_monitor.__name__):
-        _compute_until_sampled(monitor)
+        _compute_until_sampled(monitor, at_least_s=0.3)
         await asyncio.sleep(0.05)
     running.cancel()
     await asyncio.gather(running, return_exceptions=True)
@@ -68,6 +70,37 @@ async def test_a_loop_that_ticks_is_not_sampled() -> None:
     running.cancel()
     await asyncio.gather(running, return_exceptions=True)
     assert records.blocked() == [] and monitor._held == []
+
+
+def test_sampling_starts_at_half_the_threshold() -> None:
+    """A hold is sampled from half the warning threshold on, so that one that ends just past the
+    threshold has its stack (sampled only past it, the 1M run's 2.0 s hold against a 2 s
+    threshold had none). The loop's last tick is kept 0.6 thresholds in the past."""
+    monitor = EventLoopMonitor(Records(), warn_after_s=0.4)  # type: ignore[arg-type]
+    monitor._loop_thread = threading.get_ident()
+    stopped = threading.Event()
+    sampler = threading.Thread(target=monitor._sample_while_held, args=(stopped,), daemon=True)
+    sampler.start()
+    give_up = time.monotonic() + 10
+    while not monitor._held and time.monotonic() < give_up:
+        monitor._last_tick = time.monotonic() - 0.24
+        time.sleep(0.01)
+    stopped.set()
+    sampler.join()
+    assert monitor._held and "test_sampling_starts_at_half_the_threshold" in monitor._held[0][1]
+
+
+def test_a_hold_that_ends_under_the_threshold_drops_its_samples() -> None:
+    """Kept, the samples of short holds would fill the MAX_HELD_SAMPLES the sampler keeps, and
+    the next hold past the threshold would have no room for its own."""
+    records = Records()
+    monitor = EventLoopMonitor(records, warn_after_s=1.0)  # type: ignore[arg-type]
+    for short in range(loop_monitor.MAX_HELD_SAMPLES + 1):
+        monitor._held.append((monitor._ticks, f"x.py:{short} short"))
+        monitor.observe(0.7)  # under the threshold: not reported, its sample dropped
+        assert monitor._held == []
+    monitor.observe(2.0)
+    assert [r["held_in"] for r in records.blocked()] == [[]]
 
 
 def test_a_sample_of_an_earlier_hold_is_not_given_to_a_later_one() -> None:
