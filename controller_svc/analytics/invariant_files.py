@@ -66,9 +66,10 @@ class Violation:
 def all_violations(files: EventsFiles, checks: leader_epochs.TaskChecks | None) -> list[Violation]:
     """Every invariant's violations in `files`; `checks`: the leader-epoch checks the ingest's
     tasks made (None: none made, every role change is checked here)."""
+    received = _read(files, "request.received", RECEIVED_COLUMNS)  # both checks use it: read once
     return [
-        *single_controller_per_epoch(files),
-        *stale_controller_epoch_applied(files),
+        *single_controller_per_epoch(files, received),
+        *stale_controller_epoch_applied(files, received),
         *leader_epoch_regression(files, checks),
         *unclean_election_without_permission(files),
     ]
@@ -127,10 +128,22 @@ def _evidence(row: dict[str, Any]) -> Evidence:
 # --- single_controller_per_epoch ------------------------------------------------------------
 
 
-def single_controller_per_epoch(files: EventsFiles) -> list[Violation]:
+# The columns of request.received the controller-epoch checks read (`_read` adds ts and the position).
+RECEIVED_COLUMNS = {
+    "node": "string",
+    "api": "string",
+    "controller_id": "long",
+    "controller_epoch": "long",
+    "result": "string",
+}
+
+
+def single_controller_per_epoch(files: EventsFiles, received: Any = None) -> list[Violation]:
     """invariants.single_controller_per_epoch: an epoch claimed by more than one controller (by
     an election, a request sent by a controller node, or a request received naming its
-    sender), and an election whose epoch is below one elected earlier in its cluster."""
+    sender), and an election whose epoch is below one elected earlier in its cluster.
+    `received`: the request.received records as `_read` gives them with RECEIVED_COLUMNS, when
+    the caller has read them already."""
     import pyarrow as pa
 
     elected = _read(files, "controller.elected", {"controller_id": "long", "controller_epoch": "long"})
@@ -138,7 +151,8 @@ def single_controller_per_epoch(files: EventsFiles) -> list[Violation]:
         _read(files, "request.sent", {"node": "string", "controller_epoch": "long"}, node_prefix=CONTROLLER_PREFIX),
         "controller",
     )
-    received = _read(files, "request.received", {"controller_id": "long", "controller_epoch": "long"})
+    if received is None:
+        received = _read(files, "request.received", RECEIVED_COLUMNS)
     sent_ids = _node_ids(sent["node"])
     claims = pa.concat_tables(
         [
@@ -227,28 +241,17 @@ def _backwards(elected: Any) -> Iterator[Violation]:
 # --- stale_controller_epoch_applied ---------------------------------------------------------
 
 
-def stale_controller_epoch_applied(files: EventsFiles) -> list[Violation]:
+def stale_controller_epoch_applied(files: EventsFiles, received: Any = None) -> list[Violation]:
     """invariants.stale_controller_epoch_applied: a broker applying a request whose controller
     epoch is below one it applied earlier. Found with numpy over every applied request; the
-    earlier request a violation names is then looked for in its broker's requests alone."""
+    earlier request a violation names is then looked for in its broker's requests alone.
+    `received`: as single_controller_per_epoch takes it (every node's: brokers' kept here)."""
     import numpy as np
     import pyarrow.compute as pc
 
-    received = _named(
-        _read(
-            files,
-            "request.received",
-            {
-                "node": "string",
-                "api": "string",
-                "controller_id": "long",
-                "controller_epoch": "long",
-                "result": "string",
-            },
-            node_prefix=BROKER_PREFIX,
-        ),
-        "broker",
-    )
+    if received is None:
+        received = _read(files, "request.received", RECEIVED_COLUMNS, node_prefix=BROKER_PREFIX)
+    received = _named(received, "broker")
     applied = _sorted(
         received.filter(pc.fill_null(pc.equal(received["result"], "applied"), False)), ["cluster", "node"]
     )
