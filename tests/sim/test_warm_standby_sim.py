@@ -6,10 +6,15 @@ copy really was stale, or really was untrustworthy, when the takeover came."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import Any
+
+import pytest
 
 from broker_stub.isr import change_isr
 from controller_svc.adapters.zk import paths
+from controller_svc.adapters.zk import standby as standby_module
 from controller_svc.common.errors import ErrorCode, ZkUnimplementedError
 from controller_svc.common.model import PartitionAndReplica, TopicPartition
 from controller_svc.controller.controller import Controller
@@ -177,6 +182,40 @@ async def test_a_zookeeper_without_add_watch_means_cold_failovers_and_nothing_el
         failover = completed[-1]
         assert failover["load_mode"] == "cold" and failover["cold_reason"].startswith("unsupported"), failover
         assert cluster.differs_from_zookeeper(standby.context) == ""
+        cluster.safety()
+    finally:
+        await cluster.stop_all()
+
+
+async def test_a_standby_decodes_a_reload_in_slices_with_the_loop_running_between(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reload's partition states are decoded DECODE_SLICE at a time, the loop running other
+    work between slices (one step over 1M held the standby's loop 5.2 s, with the election
+    waiting behind it); the copy is complete and the takeover from it is warm and exact."""
+    monkeypatch.setattr(standby_module, "DECODE_SLICE", 25)
+    cluster = SimCluster(brokers=3, auto_leader_rebalance_enable=False)
+    completed = _failovers(cluster)
+    order: list[str] = []
+    decode = standby_module.loads.decode_state_reads
+
+    def recorded(partitions: Any, state_paths: Any, reads: Any) -> Any:
+        order.append(f"decode {len(partitions)}")
+        asyncio.get_running_loop().call_soon(order.append, "loop ran")
+        return decode(partitions, state_paths, reads)
+
+    try:
+        await _topic_t_online(cluster, 110)
+        monkeypatch.setattr(standby_module.loads, "decode_state_reads", recorded)
+        await _standby_ready(cluster, 2)
+        monkeypatch.setattr(standby_module.loads, "decode_state_reads", decode)
+        # The reload: 110 states in slices of 25, the loop running after each slice.
+        reload = order[: order.index("decode 10") + 1]
+        assert reload == ["decode 25", "loop ran"] * 4 + ["decode 10"], order
+        await cluster.stop_controller(1)
+        await cluster.until(lambda: len(completed) == 2, what="controller 2's failover")
+        assert completed[-1]["load_mode"] == "warm", completed[-1]
+        assert cluster.warm_takeovers_checked == 1
         cluster.safety()
     finally:
         await cluster.stop_all()
