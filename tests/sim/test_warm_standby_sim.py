@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -192,7 +193,8 @@ async def test_a_standby_decodes_a_reload_in_slices_with_the_loop_running_betwee
 ) -> None:
     """A reload's partition states are decoded DECODE_SLICE at a time, the loop running other
     work between slices (one step over 1M held the standby's loop 5.2 s, with the election
-    waiting behind it); the copy is complete and the takeover from it is warm and exact."""
+    waiting behind it), and handed over in slices at takeover; the copy is complete and the
+    takeover from it is warm and exact."""
     monkeypatch.setattr(standby_module, "DECODE_SLICE", 25)
     cluster = SimCluster(brokers=3, auto_leader_rebalance_enable=False)
     completed = _failovers(cluster)
@@ -212,8 +214,22 @@ async def test_a_standby_decodes_a_reload_in_slices_with_the_loop_running_betwee
         # The reload: 110 states in slices of 25, the loop running after each slice.
         reload = order[: order.index("decode 10") + 1]
         assert reload == ["decode 25", "loop ran"] * 4 + ["decode 10"], order
+        # The takeover hands the states over in slices too: it yields from `_take`.
+        yielded_in: list[str] = []
+
+        class Asyncio:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(asyncio, name)
+
+            @staticmethod
+            async def sleep(delay: float, result: Any = None) -> Any:
+                yielded_in.append(sys._getframe(1).f_code.co_name)
+                return await asyncio.sleep(delay, result)
+
+        monkeypatch.setattr(standby_module, "asyncio", Asyncio())
         await cluster.stop_controller(1)
         await cluster.until(lambda: len(completed) == 2, what="controller 2's failover")
+        assert "_take" in yielded_in, yielded_in
         assert completed[-1]["load_mode"] == "warm", completed[-1]
         assert cluster.warm_takeovers_checked == 1
         cluster.safety()
