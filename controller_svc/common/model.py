@@ -162,4 +162,3 @@ def sorted_replicas(replicas: Iterable[PartitionAndReplica]) -> list[PartitionAn
         group.sort(key=_partition_and_replica)
         ordered.extend(group)
     return ordered
-

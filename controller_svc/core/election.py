@@ -124,9 +124,7 @@ def elect(
         leader = preferred_replica_partition_leader_election(replicas, isr, live)
         return ElectionResult(leader, epoch, isr, False)
     shutting = (
-        shutting_down_brokers
-        if isinstance(shutting_down_brokers, (set, frozenset))
-        else set(shutting_down_brokers)
+        shutting_down_brokers if isinstance(shutting_down_brokers, (set, frozenset)) else set(shutting_down_brokers)
     )
     # A replica that is not shutting down counts as live only when it is live: the first
     # eligible replica is the same with or without the shutting-down brokers added to `live`.

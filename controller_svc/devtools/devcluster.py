@@ -222,9 +222,7 @@ def up(
     zookeeper_pid: int | None = None
     zk_nodes: list[dict[str, Any]] = []
     if zookeeper is None:
-        zk = zookeeper_launcher.start(
-            base / "zookeeper", nodes=zookeeper_nodes, detach=True, heap_mb=zookeeper_heap_mb
-        )
+        zk = zookeeper_launcher.start(base / "zookeeper", nodes=zookeeper_nodes, detach=True, heap_mb=zookeeper_heap_mb)
         zookeeper = zk.connect
         zookeeper_pid = zk.pids[0]
         zk_nodes = [

@@ -163,9 +163,11 @@ def test_podman_stop_of_a_broker_runs_its_controlled_shutdown(cluster: dict[str,
 
     poll(moved, 30, f"the controller's records of {led} leaderships moved by the controlled shutdown")
     poll(
-        lambda: (d := describe(cluster, "controller-2"))
-        and 1 not in d["brokers"]
-        and sum(b["leading"] for b in d["brokers"].values()) == 6,
+        lambda: (
+            (d := describe(cluster, "controller-2"))
+            and 1 not in d["brokers"]
+            and sum(b["leading"] for b in d["brokers"].values()) == 6
+        ),
         60,
         "broker 1 gone from describe and the 6 partitions led by brokers 2 and 3",
     )

@@ -121,9 +121,7 @@ async def test_an_ended_sessions_ephemerals_go_and_the_watchers_hear_it(session_
     await theirs.close()
 
     async def both_heard() -> bool:
-        return sorted(heard.events) == sorted(
-            [(WatchKind.DELETED, "/e/owned"), (WatchKind.CHILDREN_CHANGED, "/e")]
-        )
+        return sorted(heard.events) == sorted([(WatchKind.DELETED, "/e/owned"), (WatchKind.CHILDREN_CHANGED, "/e")])
 
     await eventually(both_heard, 10, what=f"the deletion events, heard {heard.events}")
     assert await ours.exists("/e/owned") is None

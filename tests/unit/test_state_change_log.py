@@ -13,7 +13,7 @@ from controller_svc.common.state_change_log import StateChangeLog
 
 ROWS: list[dict[str, Any]] = [
     {"topic": "t", "partition": 0, "role": "leader", "leader": 1, "leader_epoch": 3, "isr": [1, 2], "epoch": 2},
-    {"topic": "é\"quoted\"", "partition": 7, "isr": [], "unclean": False, "note": None},
+    {"topic": 'é"quoted"', "partition": 7, "isr": [], "unclean": False, "note": None},
     {},
     {"when": pathlib.Path("/x")},  # not JSON: written with str(), as `record` does
 ]

@@ -21,7 +21,13 @@ T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
 def term_recording_into(events: list[Any]) -> TermOfOffice:
     """A term that was never opened: only its response callbacks are used, and they only enqueue."""
     return TermOfOffice(
-        ControllerSettings(1, "", ""), ControllerContext(), None, None, StateChangeLog(None, "t"), None, events.append  # type: ignore[arg-type]
+        ControllerSettings(1, "", ""),
+        ControllerContext(),
+        None,
+        None,
+        StateChangeLog(None, "t"),
+        None,
+        events.append,  # type: ignore[arg-type]
     )
 
 
@@ -29,8 +35,7 @@ def response(top_level: int = 0, **codes: int) -> broker_pb2.StopReplicaResponse
     return broker_pb2.StopReplicaResponse(
         error_code=top_level,
         partition_errors=[
-            common_pb2.PartitionError(topic="t", partition=int(p[1:]), error_code=c)
-            for p, c in codes.items()
+            common_pb2.PartitionError(topic="t", partition=int(p[1:]), error_code=c) for p, c in codes.items()
         ],
     )
 
