@@ -16,6 +16,7 @@ from typing import Any
 from controller_svc.common import metrics
 from controller_svc.common.errors import ControllerMovedError, ErrorCode
 from controller_svc.common.model import LeaderIsrAndControllerEpoch, PartitionAndReplica, TopicPartition
+from controller_svc.common.pacing import Pacer
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.controller.partition_state_machine import PartitionState, PartitionStateMachine, PartitionStateStore
 from controller_svc.controller.replica_state_machine import INITIALIZE_CHUNK, ReplicaState, ReplicaStateMachine
@@ -31,7 +32,6 @@ from controller_svc.core.request_batch import (
 )
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,17 +172,14 @@ class PartitionManager:
         ctx = self.ctx
         brokers = ctx.live_or_shutting_down_broker_ids
         topics = list(ctx.assignments)
-        # In slices, yielding between them: after a cold load this encodes every partition
-        # state (5 s in one step at 1M partitions, when the request's build did it), which the
-        # request then reuses from the context's cache.
+        # A topic at a time, paced: after a cold load (or a standby without its digests) this
+        # encodes every partition state (5 s in one step at 1M partitions, when the request's
+        # build did it), which the request then reuses from the context's cache.
         ours: dict[str, bytes] = {}
-        done_since_yield = 0
+        pacer = Pacer(INITIALIZE_CHUNK)
         for topic in topics:
+            await pacer.before(len(ctx.assignments[topic]))
             ours.update(metadata_topic_digests(ctx, [topic]))
-            done_since_yield += len(ctx.assignments[topic])
-            if done_since_yield >= INITIALIZE_CHUNK:
-                done_since_yield = 0
-                await asyncio.sleep(0)
         groups: dict[frozenset[str], set[int]] = {}
         for broker_id in brokers:
             groups.setdefault(topics_lacking(topics, ours, digests.get(broker_id)), set()).add(broker_id)

@@ -26,6 +26,7 @@ from controller_svc.common.model import (
     TopicPartition,
     sorted_partitions,
 )
+from controller_svc.common.pacing import Pacer
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.controller.slices import keep_in_slices
 from controller_svc.core.context import ControllerContext
@@ -148,7 +149,7 @@ class PartitionStateMachine:
 
     async def initialize(self, chunk: int = 100_000) -> None:
         """On failover: live leader -> Online, dead leader -> Offline, no state -> New; yielding
-        to the loop every `chunk` partitions (seconds of CPU at 1M partitions)."""
+        to the loop every `chunk` partitions or PACE_BUDGET_S (seconds of CPU at 1M partitions)."""
         ctx = self.ctx
         partition_states = ctx.partition_states
         new, online, offline = PartitionState.NEW, PartitionState.ONLINE, PartitionState.OFFLINE
@@ -161,14 +162,11 @@ class PartitionStateMachine:
         # 1.5 s at 1M partitions).
         states: dict[TopicPartition, PartitionState] = {}
         make = tuple.__new__  # the NamedTuple without its Python-level __new__
-        done_since_yield = 0
+        pacer = Pacer(chunk)
         # A warm standby's keys (left for the replica state machine, which starts after this).
         hint = ctx.replica_keys_hint
         for topic, parts in list(ctx.assignments.items()):
-            if done_since_yield >= chunk:
-                done_since_yield = 0
-                await asyncio.sleep(0)
-            done_since_yield += len(parts)
+            await pacer.before(len(parts))
             made = hint.get(topic)
             if made is not None and made.assignments is parts:
                 tps: Sequence[TopicPartition] = made.partitions

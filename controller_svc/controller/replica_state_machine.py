@@ -27,6 +27,7 @@ from controller_svc.common.model import (
     sorted_partitions,
     sorted_replicas,
 )
+from controller_svc.common.pacing import Pacer
 from controller_svc.common.state_change_log import StateChangeLog
 from controller_svc.controller.partition_state_machine import MAX_WRITE_ATTEMPTS, PartitionStateStore, WriteOutcome
 from controller_svc.core.context import ControllerContext, TopicReplicaKeys
@@ -112,8 +113,9 @@ class ReplicaStateMachine:
     async def initialize(self, chunk: int = INITIALIZE_CHUNK) -> None:
         """On failover: online replicas -> Online, the others -> ReplicaDeletionIneligible.
         One pass over the assignments (300k replicas at 100k partitions, 3M at 1M), yielding to
-        the loop every `chunk` partitions: at 1M it is seconds of CPU, and it runs while the
-        brokers' answers to DescribeReplicaEpochs arrive, which must be taken in meanwhile."""
+        the loop every `chunk` partitions or PACE_BUDGET_S (common/pacing.py): at 1M it is
+        seconds of CPU, and it runs while the brokers' answers to DescribeReplicaEpochs arrive,
+        which must be taken in meanwhile."""
         ctx = self.ctx
         online_topics: dict[str, TopicReplicaKeys | None] = {}
         offline: list[PartitionAndReplica] = []
@@ -140,13 +142,11 @@ class ReplicaStateMachine:
             states.clear()
             unused = set()
         live_ids = live.keys()
-        done_since_yield = 0
+        pacer = Pacer(chunk)
         # A snapshot of the topics: the loop yields, and the dict must not change under it
         # (only the event consumer, which is running this, changes it; a copy costs nothing).
         for topic, parts in list(ctx.assignments.items()):
-            if done_since_yield >= chunk:
-                done_since_yield = 0
-                await asyncio.sleep(0)
+            await pacer.before(len(parts))
             made = hint.get(topic)
             if simple and made is not None and made.assignments is parts and made.brokers <= live_ids:
                 if topic in unused:
@@ -154,7 +154,6 @@ class ReplicaStateMachine:
                 else:
                     states.update(zip(made.keys, itertools.repeat(online_state)))
                 online_topics[topic] = made
-                done_since_yield += len(parts)
                 continue
             if made is not None and topic in unused:
                 unused.discard(topic)
@@ -174,7 +173,6 @@ class ReplicaStateMachine:
                         all_online = False
             if all_online:
                 online_topics[topic] = None
-            done_since_yield += len(parts)
         for topic in unused:  # in `ready`, no longer assigned
             made = hint.get(topic)
             for key in made.keys if made is not None else ():
@@ -194,7 +192,7 @@ class ReplicaStateMachine:
         """Failover: OnlineReplica -> OnlineReplica for every online replica, i.e. a
         LeaderAndIsr to its broker, except where the broker reported holding the partition's
         leader epoch already (core/replica_epochs.py; None: no report, Kafka's full send).
-        Returns (sent, skipped). Yields to the loop every `chunk` partitions."""
+        Returns (sent, skipped). Yields to the loop every `chunk` partitions or PACE_BUDGET_S."""
         # Per topic, with each broker's report of that topic looked up once: 3M replicas at 1M
         # partitions, where one generic pass over the state machine's keys took 2.7 s.
         new = tuple.__new__  # the NamedTuples without their Python-level __new__
@@ -204,12 +202,10 @@ class ReplicaStateMachine:
         held_by_broker = reported if reported is not None else {}
         online_topics, self._online_topics = self._online_topics, {}
         add = self.batch.add_leader_and_isr
-        sent = skipped = done_since_yield = 0
+        sent = skipped = 0
+        pacer = Pacer(chunk)
         for topic, parts in list(self.ctx.assignments.items()):
-            if done_since_yield >= chunk:
-                done_since_yield = 0
-                await asyncio.sleep(0)
-            done_since_yield += len(parts)
+            await pacer.before(len(parts))
             # broker -> its reported epochs of this topic (None: none reported)
             held_of = {broker_id: held.get(topic) for broker_id, held in held_by_broker.items()}
             made = online_topics.get(topic, _NOT_ONLINE)

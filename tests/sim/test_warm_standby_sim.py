@@ -16,6 +16,7 @@ import pytest
 from broker_stub.isr import change_isr
 from controller_svc.adapters.zk import paths
 from controller_svc.adapters.zk import standby as standby_module
+from controller_svc.common import pacing
 from controller_svc.common.errors import ErrorCode, ZkUnimplementedError
 from controller_svc.common.model import PartitionAndReplica, TopicPartition
 from controller_svc.controller.controller import Controller
@@ -214,7 +215,13 @@ async def test_a_standby_decodes_a_reload_in_slices_with_the_loop_running_betwee
         # The reload: 110 states in slices of 25, the loop running after each slice.
         reload = order[: order.index("decode 10") + 1]
         assert reload == ["decode 25", "loop ran"] * 4 + ["decode 10"], order
-        # The takeover hands the states over in slices too: it yields from `_take`.
+        # The takeover hands the states over in slices too, a topic at a time: with a second
+        # topic behind t's 110 partitions, it yields from `_take`.
+        await cluster.create_topic("u", {p: [1, 2, 3] for p in range(5)})
+        await cluster.until(
+            lambda: all(cluster.state_in_zookeeper(TopicPartition("u", p)) is not None for p in range(5)),
+            what="u online",
+        )
         yielded_in: list[str] = []
 
         class Asyncio:
@@ -223,10 +230,11 @@ async def test_a_standby_decodes_a_reload_in_slices_with_the_loop_running_betwee
 
             @staticmethod
             async def sleep(delay: float, result: Any = None) -> Any:
-                yielded_in.append(sys._getframe(1).f_code.co_name)
+                # sleep <- Pacer.before <- the step that paced itself
+                yielded_in.append(sys._getframe(2).f_code.co_name)
                 return await asyncio.sleep(delay, result)
 
-        monkeypatch.setattr(standby_module, "asyncio", Asyncio())
+        monkeypatch.setattr(pacing, "asyncio", Asyncio())
         await cluster.stop_controller(1)
         await cluster.until(lambda: len(completed) == 2, what="controller 2's failover")
         assert "_take" in yielded_in, yielded_in

@@ -45,6 +45,7 @@ from controller_svc.common.model import (
     ReplicaAssignment,
     TopicPartition,
 )
+from controller_svc.common.pacing import Pacer
 from controller_svc.common.tasks import cancel_and_wait, spawn
 from controller_svc.core.context import ControllerContext, TopicReplicaKeys, topic_replica_keys
 from controller_svc.core.metadata_encoding import EncodedStates, remember
@@ -61,6 +62,8 @@ ENCODE_SLICE = 2000
 # 5.2 s in a slow hour, with /controller deleted meanwhile (the election waited for the
 # decode: 4.6 s after the deletion).
 DECODE_SLICE = 50_000
+# ... decoded per step, between which the time is looked at (common/pacing.py).
+DECODE_STEP = 10_000
 
 
 class StandbyZk(Protocol):
@@ -326,12 +329,13 @@ class StandbyMetadata:
             state_paths = [paths.partition_state_path(tp.topic, tp.partition) for tp in states]
             got_states = await self._zk.get_many(state_paths)
             read += len(states)
-            # In slices, yielding between them (the lock is held: no takeover or other refresh
-            # interleaves; watch events arriving meanwhile only mark znodes for the next one).
-            for start in range(0, len(states), DECODE_SLICE):
-                if start:
-                    await asyncio.sleep(0)
-                end = start + DECODE_SLICE
+            # In slices, paced (the lock is held: no takeover or other refresh interleaves;
+            # watch events arriving meanwhile only mark znodes for the next one).
+            pacer = Pacer(DECODE_SLICE)
+            step = min(DECODE_SLICE, DECODE_STEP)
+            for start in range(0, len(states), step):
+                await pacer.before(step)
+                end = start + step
                 chunk = states[start:end]
                 decoded = loads.decode_state_reads(chunk, state_paths[start:end], got_states[start:end])
                 for tp, state in zip(chunk, decoded, strict=True):
@@ -506,17 +510,14 @@ class StandbyMetadata:
         ctx.topic_configs.update((t, c) for t, c in self._configs.items() if t in self._topics)
         # The states of the assigned partitions, per topic in C loops (a filter over 1M states
         # was half a second of a takeover), over the keys made while waiting when they fit;
-        # yielding every DECODE_SLICE partitions (the failover's event owns the context and the
-        # lock is held: nothing changes either meanwhile). In one step with what follows it held
+        # yielding every DECODE_SLICE partitions or PACE_BUDGET_S (the failover's event owns the
+        # context and the lock is held: nothing changes either meanwhile). In one step with what follows it held
         # the loop 3.6 s at 1M partitions in a slow hour.
         states = self._states
         handed: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
-        since_yield = 0
+        pacer = Pacer(DECODE_SLICE)
         for topic, parts in ctx.assignments.items():
-            since_yield += len(parts)
-            if since_yield >= DECODE_SLICE:
-                since_yield = 0
-                await asyncio.sleep(0)
+            await pacer.before(len(parts))
             keys = self._replica_keys.get(topic)
             if keys is not None and keys.assignments is parts:
                 partitions: Sequence[TopicPartition] = keys.partitions
