@@ -1,7 +1,8 @@
 """Controller failover benchmark (issue 3).
 
 N partitions (5 brokers, RF 3), 2 controllers, `cluster up`'s 6 s ZooKeeper session timeout
-unless --session-timeout-ms says otherwise. The active controller is stopped (SIGTERM: its
+unless --session-timeout-ms says otherwise. With warm standbys (the default), the standby's
+copy is first awaited ready and idle (--standby-wait-s). The active controller is stopped (SIGTERM: its
 session closes and /controller disappears at once, so the session timeout is not measured).
 Measured: from /controller's deletion to every broker having applied the new epoch's
 UpdateMetadata, split into election, ZooKeeper load and propagation; the failover's own total
@@ -28,6 +29,7 @@ import os
 import pathlib
 import signal
 import time
+import urllib.request
 from typing import Any
 
 import uvloop
@@ -77,11 +79,75 @@ async def floor_read_ms(zookeeper: str, repeats: int = 3) -> float:
         await zk.close()
 
 
+def _standby_samples(address: str) -> dict[str, float]:
+    """The standby copy's gauges and counters from a controller's /metrics page."""
+    names = (
+        "kcontroller_standby_ready",
+        "kcontroller_standby_reloads_total",
+        "kcontroller_standby_znodes_read_total",
+        "kcontroller_standby_errors_total",
+    )
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    samples = dict.fromkeys(names, 0.0)
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in samples:
+            samples[name] = float(value)
+    return samples
+
+
+async def wait_standby_settled(
+    standbys: list[dict[str, Any]], timeout_s: float, quiet_polls: int = 3, poll_s: float = 1.0
+) -> dict[str, Any]:
+    """Wait until every standby holds a complete copy (kcontroller_standby_ready 1) and has
+    read nothing for `quiet_polls` polls in a row: the warm target is for a standby that is
+    ready and idle when /controller goes, not one mid-reload (a reload holding the lock makes
+    the takeover wait for it, as in failover-1m-warm-slowest-hour-ead36da.json). Returns what
+    was seen, `settled` False when the time ran out (the run goes on, and says so)."""
+    started = time.monotonic()
+    last: dict[str, dict[str, float]] = {}
+    quiet = 0
+    reloads_seen: dict[str, float] = {}
+    while True:
+        samples = {
+            s["metrics"]: await asyncio.to_thread(_standby_samples, s["metrics"]) for s in standbys if s.get("metrics")
+        }
+        for address, sample in samples.items():
+            reloads_seen.setdefault(address, sample["kcontroller_standby_reloads_total"])
+        ready = all(sample["kcontroller_standby_ready"] == 1 for sample in samples.values())
+        quiet = quiet + 1 if ready and samples == last else 0
+        last = samples
+        waited = time.monotonic() - started
+        if quiet >= quiet_polls or waited >= timeout_s:
+            return {
+                "settled": quiet >= quiet_polls,
+                "waited_s": round(waited, 1),
+                "ready": ready,
+                "reloads": sum(sample["kcontroller_standby_reloads_total"] for sample in samples.values()),
+                "reloads_while_waiting": sum(
+                    sample["kcontroller_standby_reloads_total"] - reloads_seen[address]
+                    for address, sample in samples.items()
+                ),
+                "errors": sum(sample["kcontroller_standby_errors_total"] for sample in samples.values()),
+            }
+        await asyncio.sleep(poll_s)
+
+
 async def measure(
-    spec: dict[str, Any], session_timeout_ms: int, give_up_s: float, profiler: Profiler
+    spec: dict[str, Any],
+    session_timeout_ms: int,
+    give_up_s: float,
+    profiler: Profiler,
+    standby_wait_s: float = 0.0,
 ) -> dict[str, Any]:
     controller_id, epoch = await read_controller(spec["zookeeper"])
     victim = next(c for c in spec["controllers"] if c["id"] == controller_id)
+    standby_before = (
+        await wait_standby_settled([c for c in spec["controllers"] if c is not victim], standby_wait_s)
+        if standby_wait_s > 0
+        else None
+    )
     for standby in spec["controllers"]:
         if standby is not victim:
             profiler.start(f"controller-{standby['id']}", standby["pid"])
@@ -148,6 +214,8 @@ async def measure(
     blocked = [r for r in seen if r["kind"] == "event_loop.blocked" and r["node"].startswith("controller-")]
     result: dict[str, Any] = {
         "session_timeout_ms": session_timeout_ms,
+        # the standby's copy when /controller was deleted (None: not waited for)
+        "standby_before_deletion": standby_before,
         "elections": len(elections),
         "resignations": len(resignations),
         "completed": settle_until is not None,
@@ -308,6 +376,7 @@ async def run(
     zookeeper_heap_mb: int | None = None,
     give_up_s: float | None = None,
     partial_out: str | None = None,
+    standby_wait_s: float = 600.0,
 ) -> dict[str, Any]:
     """One cluster of `partitions`; with `partial_out`, what is measured so far is written there
     after each step (a 1M-partition run takes half an hour, and a later step may not end)."""
@@ -327,7 +396,8 @@ async def run(
         floor_ms = await floor_read_ms(spec["zookeeper"])
         profiler = Profiler(profile_dir)
         try:
-            result = await measure(spec, session_timeout_ms, give_up, profiler)
+            warm = overrides.get("controller.standby.warm.enable", "true") == "true"
+            result = await measure(spec, session_timeout_ms, give_up, profiler, standby_wait_s if warm else 0.0)
         finally:
             await asyncio.to_thread(profiler.stop)
 
@@ -343,7 +413,7 @@ async def run(
                 if floor_ms and "zk_load_ms" in result
                 else None,
                 zookeeper_heap_mb=heap_mb,
-                target=_target(partitions, warm=overrides.get("controller.standby.warm.enable", "true") == "true"),
+                target=_target(partitions, warm=warm),
                 reference="Kafka 1.1 needed 14 s to load 100k partitions",
                 controller_config=overrides,
             )
@@ -409,7 +479,16 @@ def main() -> None:
     parser.add_argument(
         "--give-up-s", type=float, help="stop waiting for the failover after this long; default 1 s per 1000 partitions"
     )
+    parser.add_argument(
+        "--standby-wait-s",
+        type=float,
+        default=600.0,
+        help="with warm standbys, wait up to this long for the standby's copy to be ready and idle before "
+        "/controller is deleted; 0: delete at once (the standby may be mid-load). Default 600",
+    )
     args = parser.parse_args()
+    if args.standby_wait_s < 0:
+        parser.error("--standby-wait-s must not be negative")
     if any(count < 1 for count in args.partitions or []) or args.brokers < args.replication_factor:
         parser.error("--partitions must be positive and --brokers at least --replication-factor")
     results = []
@@ -426,6 +505,7 @@ def main() -> None:
                 args.zookeeper_heap_mb,
                 args.give_up_s,
                 args.out,
+                args.standby_wait_s,
             )
         )
         emit(result)
