@@ -79,13 +79,20 @@ async def floor_read_ms(zookeeper: str, repeats: int = 3) -> float:
         await zk.close()
 
 
+ZK_DISCONNECTS = "kafka_server_sessionexpirelistener_zookeeperdisconnects_total"
+ZK_EXPIRES = "kafka_server_sessionexpirelistener_zookeeperexpires_total"
+
+
 def _standby_samples(address: str) -> dict[str, float]:
-    """The standby copy's gauges and counters from a controller's /metrics page."""
+    """The standby copy's gauges and counters, and its ZooKeeper connection's, from a
+    controller's /metrics page."""
     names = (
         "kcontroller_standby_ready",
         "kcontroller_standby_reloads_total",
         "kcontroller_standby_znodes_read_total",
         "kcontroller_standby_errors_total",
+        ZK_DISCONNECTS,
+        ZK_EXPIRES,
     )
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
         text = response.read().decode()
@@ -130,6 +137,9 @@ async def wait_standby_settled(
                     for address, sample in samples.items()
                 ),
                 "errors": sum(sample["kcontroller_standby_errors_total"] for sample in samples.values()),
+                # a reload after the first follows a lost connection (its tree watch went with it)
+                "zookeeper_disconnects": sum(sample[ZK_DISCONNECTS] for sample in samples.values()),
+                "zookeeper_expires": sum(sample[ZK_EXPIRES] for sample in samples.values()),
             }
         await asyncio.sleep(poll_s)
 

@@ -71,6 +71,24 @@ PREFERRED_REPLICA_IMBALANCE = Gauge(
 UNCLEAN_LEADER_ELECTIONS = Counter(
     "kafka_controller_controllerstats_uncleanleaderelections", "Unclean leader elections"
 )
+# Kafka's ZooKeeperClient meters (kafka.server:type=SessionExpireListener,name=ZooKeeper*PerSec),
+# marked as the session's state changes; every process with a ZooKeeper session has them. A
+# disconnect that the session survives still loses what the connection held (a standby's tree
+# watch, and so its copy: kcontroller_standby_reloads_total follows these).
+ZK_DISCONNECTS = Counter(
+    "kafka_server_sessionexpirelistener_zookeeperdisconnects",
+    "Connections to ZooKeeper lost (a server stalled past the ping timeout, or closed the connection)",
+)
+ZK_SYNC_CONNECTS = Counter(
+    "kafka_server_sessionexpirelistener_zookeepersyncconnects", "Connections to ZooKeeper (re)established"
+)
+ZK_READ_ONLY_CONNECTS = Counter(
+    "kafka_server_sessionexpirelistener_zookeeperreadonlyconnects", "Connections to a read-only ZooKeeper server"
+)
+ZK_EXPIRES = Counter(
+    "kafka_server_sessionexpirelistener_zookeeperexpires",
+    "ZooKeeper sessions lost: expired, or refused on reconnection (not closed by this process)",
+)
 # Kafka's ControllerState.rateAndTimeMetricName: one timer per state (Idle has none), e.g.
 # kafka.controller:type=ControllerStats,name=LeaderElectionRateAndTimeMs for BrokerChange.
 STATE_TIMER_NAMES = {

@@ -131,9 +131,18 @@ async def test_a_reconnect_loses_the_tree_watch_and_the_arming_says_so(tmp_path:
     """The assumption the standby's verification rests on, on the real server: a persistent
     recursive watch lives on its connection. After the server restarts (the session survives and
     the client reconnects), changes are no longer heard until the watch is armed again, and
-    `tree_watch_intact` reports the old arming broken, so a standby would not trust its copy."""
+    `tree_watch_intact` reports the old arming broken, so a standby would not trust its copy.
+    Kafka's SessionExpireListener meters count the two clients' lost connections and
+    reconnections, and no expiry."""
+    from prometheus_client import REGISTRY
+
     from controller_svc.adapters.zk.client import WatchKind, ZkClient
     from controller_svc.devtools import zookeeper_launcher
+
+    def meters() -> dict[str, float]:
+        names = ("disconnects", "syncconnects", "expires")
+        prefix = "kafka_server_sessionexpirelistener_zookeeper"
+        return {name: REGISTRY.get_sample_value(f"{prefix}{name}_total") or 0.0 for name in names}
 
     server = await asyncio.to_thread(zookeeper_launcher.start, tmp_path / "zk", 1, 500)
     zk = ZkClient(server.connect, 30000)
@@ -147,6 +156,7 @@ async def test_a_reconnect_loses_the_tree_watch_and_the_arming_says_so(tmp_path:
         await writer.create("/tw/before", b"")
         await eventually(lambda: asyncio.sleep(0, heard == [(WatchKind.CREATED, "/tw/before")]), 10, what="an event")
         session = zk.session_id
+        before = meters()
         await asyncio.to_thread(server.stop_node, 0)
         await asyncio.to_thread(server.restart_node, 0)
 
@@ -157,6 +167,12 @@ async def test_a_reconnect_loses_the_tree_watch_and_the_arming_says_so(tmp_path:
         assert zk.session_id == session, "the session was expected to survive the restart"
         assert not zk.tree_watch_intact(arming)
         await eventually(lambda: asyncio.sleep(0, writer.connected), 60, what="the writer back")
+        after = meters()
+        disconnects, reconnects = (after[n] - before[n] for n in ("disconnects", "syncconnects"))
+        assert disconnects >= 2 and reconnects == disconnects and after["expires"] == before["expires"], (
+            before,
+            after,
+        )
         await writer.create("/tw/unheard", b"")
         await asyncio.sleep(1.0)
         assert (WatchKind.CREATED, "/tw/unheard") not in heard  # lost with the connection

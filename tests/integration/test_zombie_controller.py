@@ -20,7 +20,7 @@ import pytest
 from controller_svc.adapters.zk import paths
 from controller_svc.common.errors import ErrorCode
 from controller_svc.devtools import devcluster
-from tests.integration.harness import Cluster, create_topic, eventually
+from tests.integration.harness import Cluster, create_topic, eventually, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -128,6 +128,17 @@ async def test_a_zombie_resumed_in_the_middle_of_a_write_is_refused_by_zookeeper
         await eventually(answered, 60, what="the zombie's write to be answered")
         assert [w["outcome"] for w in zombie_writes()] == ["refused"], zombie_writes()
         await _zombie_resigned(cluster, zombie, before.controller_epoch)
+        # Its session expired while it was stopped: Kafka's SessionExpireListener meters say so
+        # on its metrics page (and the new controller's session never expired).
+        prefix = "kafka_server_sessionexpirelistener_zookeeper"
+
+        async def expiry_counted() -> bool:
+            samples = await asyncio.to_thread(scrape, zombie["metrics"])
+            return samples.get(f"{prefix}expires_total", 0) >= 1 and samples.get(f"{prefix}syncconnects_total", 0) >= 2
+
+        await eventually(expiry_counted, 30, what="the zombie's expired session in its metrics")
+        successor = await asyncio.to_thread(scrape, cluster.controller(after.controller_id)["metrics"])
+        assert successor.get(f"{prefix}expires_total") == 0 and successor.get(f"{prefix}syncconnects_total", 0) >= 1
         # Nothing of it is in ZooKeeper: no topic, and the epoch and /controller are the new controller's.
         assert not await cluster.znode_exists(paths.topic_path("never-written"))
         epoch_now = await zk.get(paths.CONTROLLER_EPOCH)

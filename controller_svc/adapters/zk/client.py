@@ -41,6 +41,7 @@ from controller_svc.adapters.zk.wire import OpResult as OpResult
 from controller_svc.adapters.zk.wire import SetDataOp as SetDataOp
 from controller_svc.adapters.zk.wire import ZkOp as ZkOp
 from controller_svc.adapters.zk.wire import ZnodeStat as ZnodeStat
+from controller_svc.common import metrics
 from controller_svc.common.errors import (
     ControllerError,
     ZkBadVersionError,
@@ -241,6 +242,7 @@ class ZkClient:
         if self._auth is not None:
             self._authenticate_every_connection(self._client.session, self._auth)
         self._install_event_dispatch(self._client.session)
+        self._count_state_changes(self._client.session)
         try:
             await asyncio.wait_for(self._client.start(), timeout_s)
         except Exception as e:
@@ -250,6 +252,27 @@ class ZkClient:
         if self._set_acl and self._chroot:
             await self._secure_chroot()
         log.info("ZooKeeper session 0x%x established with %s", self.session_id, self.connect_string)
+
+    def _count_state_changes(self, session: Any) -> None:
+        """Mark Kafka's SessionExpireListener meters as aiozk's session state machine moves (on
+        the session's thread): SUSPENDED is a lost connection, CONNECTED and READ_ONLY a
+        (re)connection, LOST an expired or refused session unless this client is closing."""
+        machine = session.state
+        transition_to = machine.transition_to
+        meters = {
+            States.SUSPENDED: metrics.ZK_DISCONNECTS,
+            States.CONNECTED: metrics.ZK_SYNC_CONNECTS,
+            States.READ_ONLY: metrics.ZK_READ_ONLY_CONNECTS,
+            States.LOST: metrics.ZK_EXPIRES,
+        }
+
+        def counted(state: str) -> None:
+            before = machine.current_state
+            transition_to(state)
+            if state != before and not (state == States.LOST and (self._closing or session.closing)):
+                meters[state].inc()
+
+        machine.transition_to = counted
 
     def _install_event_dispatch(self, session: Any) -> None:
         """Route watch events of the persistent recursive watches (by path prefix; aiozk keys its
