@@ -88,6 +88,7 @@ def _standby_samples(address: str) -> dict[str, float]:
     controller's /metrics page."""
     names = (
         "kcontroller_standby_ready",
+        "kcontroller_standby_pending",
         "kcontroller_standby_reloads_total",
         "kcontroller_standby_znodes_read_total",
         "kcontroller_standby_errors_total",
@@ -107,8 +108,9 @@ def _standby_samples(address: str) -> dict[str, float]:
 async def wait_standby_settled(
     standbys: list[dict[str, Any]], timeout_s: float, quiet_polls: int = 3, poll_s: float = 1.0
 ) -> dict[str, Any]:
-    """Wait until every standby holds a complete copy (kcontroller_standby_ready 1) and has
-    read nothing for `quiet_polls` polls in a row: the warm target is for a standby that is
+    """Wait until every standby holds a complete copy (kcontroller_standby_ready 1) with nothing
+    left to read, encode or digest (kcontroller_standby_pending 0), and has read nothing for
+    `quiet_polls` polls in a row: the warm target is for a standby that is
     ready and idle when /controller goes, not one mid-reload (a reload holding the lock makes
     the takeover wait for it, as in failover-1m-warm-slowest-hour-ead36da.json). Returns what
     was seen, `settled` False when the time ran out (the run goes on, and says so)."""
@@ -122,7 +124,10 @@ async def wait_standby_settled(
         }
         for address, sample in samples.items():
             reloads_seen.setdefault(address, sample["kcontroller_standby_reloads_total"])
-        ready = all(sample["kcontroller_standby_ready"] == 1 for sample in samples.values())
+        ready = all(
+            sample["kcontroller_standby_ready"] == 1 and sample["kcontroller_standby_pending"] == 0
+            for sample in samples.values()
+        )
         quiet = quiet + 1 if ready and samples == last else 0
         last = samples
         waited = time.monotonic() - started
@@ -131,6 +136,7 @@ async def wait_standby_settled(
                 "settled": quiet >= quiet_polls,
                 "waited_s": round(waited, 1),
                 "ready": ready,
+                "pending": sum(sample["kcontroller_standby_pending"] for sample in samples.values()),
                 "reloads": sum(sample["kcontroller_standby_reloads_total"] for sample in samples.values()),
                 "reloads_while_waiting": sum(
                     sample["kcontroller_standby_reloads_total"] - reloads_seen[address]

@@ -144,6 +144,11 @@ REASSIGNING_PARTITIONS = Gauge(
 STANDBY_READY = Gauge(
     "kcontroller_standby_ready", "1 while this standby controller holds a complete copy of the metadata (warm)"
 )
+STANDBY_PENDING = Gauge(
+    "kcontroller_standby_pending",
+    "Work the standby copy has left before a takeover adopts all of it: changed znodes heard and not yet "
+    "re-read, partition states not yet encoded, topics not yet digested (0 when idle)",
+)
 STANDBY_RELOADS = Counter("kcontroller_standby_reloads_total", "Complete reads of the standby copy")
 STANDBY_ZNODES_READ = Counter("kcontroller_standby_znodes_read_total", "Znodes the standby copy read")
 STANDBY_ERRORS = Counter("kcontroller_standby_errors_total", "Times the standby copy was dropped after an error")

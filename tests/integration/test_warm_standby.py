@@ -34,6 +34,7 @@ def _standby_metrics(cluster: Cluster, controller_id: int) -> dict[str, float]:
     return {
         "ready": samples.get("kcontroller_standby_ready", 0.0),
         "read": samples.get("kcontroller_standby_znodes_read_total", 0.0),
+        "pending": samples.get("kcontroller_standby_pending", 0.0),
     }
 
 
@@ -78,17 +79,18 @@ async def test_a_standby_that_read_none_of_the_changes_takes_over_with_what_zook
     overrides = {**NO_REFRESH, "controller.standby.warm.enable": "true" if warm else "false"}
     cluster = await cluster_factory(controllers=2, brokers=3, controller_overrides=overrides)
     await cluster.converged()
-    assert (await create_topic(cluster, "w", partitions=6, replication_factor=3)).error_code == 0
-    await eventually(lambda: brokers_agree_with_controller(cluster, "w", [1, 2, 3]), 30, what="w online")
     old_id, old_epoch = await read_controller(cluster.zookeeper)
     new_id = next(c["id"] for c in cluster.spec["controllers"] if c["id"] != old_id)
     # bench.failover's wait for a ready and idle standby, on the real metrics pages: it ends
-    # settled with the copy loaded, and without a copy (warm off) it runs out of time unsettled.
+    # settled with the (empty) cluster's copy loaded, and without a copy (warm off) it runs out
+    # of time unsettled.
     settled = await wait_standby_settled([cluster.controller(new_id)], timeout_s=30 if warm else 3, poll_s=0.5)
     if warm:
-        assert settled["settled"] and settled["ready"] and settled["reloads"] >= 1, settled
+        assert settled["settled"] and settled["ready"] and settled["pending"] == 0 and settled["reloads"] >= 1, settled
     else:
         assert not settled["settled"] and not settled["ready"] and settled["reloads"] == 0, settled
+    assert (await create_topic(cluster, "w", partitions=6, replication_factor=3)).error_code == 0
+    await eventually(lambda: brokers_agree_with_controller(cluster, "w", [1, 2, 3]), 30, what="w online")
     read_before = (await asyncio.to_thread(_standby_metrics, cluster, new_id))["read"]
     # Changes the standby marks but does not read: ISR shrinks written by two leaders, a new
     # topic with a config, its partition states written by the active controller.
@@ -97,8 +99,11 @@ async def test_a_standby_that_read_none_of_the_changes_takes_over_with_what_zook
         await create_topic(cluster, "x", partitions=2, replication_factor=2, configs={"retention.ms": "1000"})
     ).error_code == 0
     await eventually(lambda: brokers_agree_with_controller(cluster, "x", [1, 2, 3]), 30, what="x online")
-    # The fault landed: the standby read nothing since (its copy is stale).
-    assert (await asyncio.to_thread(_standby_metrics, cluster, new_id))["read"] == read_before
+    # The fault landed: the standby read nothing since (its copy is stale), and says it has
+    # work left (with the standby off, nothing is pending).
+    stale = await asyncio.to_thread(_standby_metrics, cluster, new_id)
+    assert stale["read"] == read_before
+    assert (stale["pending"] > 0) == warm, stale
     await cluster.stop_node(cluster.controller(old_id))
     await cluster.converged(min_epoch=old_epoch + 1)
 

@@ -134,6 +134,8 @@ class StandbyMetadata:
         # Events mark znodes dirty from the arming of a reload until the end of a takeover.
         self._listening = False
         self._reset()
+        # Read by the metrics page's thread: len() of a set or dict is one step under the GIL.
+        metrics.STANDBY_PENDING.set_function(self.pending_count)
 
     def __repr__(self) -> str:
         return (
@@ -174,6 +176,11 @@ class StandbyMetadata:
     @property
     def dirty_count(self) -> int:
         return len(self._dirty_topics) + len(self._dirty_states) + len(self._dirty_configs)
+
+    def pending_count(self) -> int:
+        """Changed znodes not yet re-read, states not yet encoded, topics not yet digested: what
+        a takeover would still do itself (0: the copy is ready and idle)."""
+        return self.dirty_count + len(self._to_encode) + len(self._to_digest)
 
     def _intact(self) -> bool:
         return bool(self._armings) and all(self._zk.tree_watch_intact(a) for a in self._armings)
