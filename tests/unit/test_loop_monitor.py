@@ -53,11 +53,15 @@ async def test_a_held_loop_is_reported_with_the_stack_it_was_held_in(caplog: pyt
     await asyncio.gather(running, return_exceptions=True)
     (blocked,) = records.blocked()
     assert blocked["step"] == "SomeEvent" and blocked["blocked_ms"] >= 200
-    (where,) = blocked["held_in"]
-    innermost, *outer = where.split(" < ")
-    assert "_compute_until_sampled" in innermost or "_compute_until_sampled" in outer[0], where
-    assert any("test_loop_monitor.py" in frame and "test_a_held_loop" in frame for frame in outer), where
-    assert f"held in: {where}" in caplog.text
+    # One stack per distinct place sampled: the hold's loop has two lines, and on a busy machine
+    # the loop thread may also be sampled in the loop's own run, waiting for a core to tick.
+    stacks = blocked["held_in"]
+    computing = [where for where in stacks if "_compute_until_sampled" in " < ".join(where.split(" < ")[:2])]
+    assert computing, stacks
+    for where in computing:
+        assert any("test_loop_monitor.py" in f and "test_a_held_loop" in f for f in where.split(" < ")[1:]), where
+    for where in stacks:
+        assert f"held in: {where}" in caplog.text
 
 
 async def test_a_loop_that_ticks_is_not_sampled() -> None:
