@@ -92,6 +92,7 @@ def _standby_samples(address: str) -> dict[str, float]:
         "kcontroller_standby_reloads_total",
         "kcontroller_standby_znodes_read_total",
         "kcontroller_standby_errors_total",
+        "kcontroller_standby_states_kept_total",
         ZK_DISCONNECTS,
         ZK_EXPIRES,
     )
@@ -146,6 +147,8 @@ async def wait_standby_settled(
                 # a reload after the first follows a lost connection (its tree watch went with it)
                 "zookeeper_disconnects": sum(sample[ZK_DISCONNECTS] for sample in samples.values()),
                 "zookeeper_expires": sum(sample[ZK_EXPIRES] for sample in samples.values()),
+                # states the reloads after the first kept from the copy they re-read
+                "states_kept": sum(sample["kcontroller_standby_states_kept_total"] for sample in samples.values()),
             }
         await asyncio.sleep(poll_s)
 

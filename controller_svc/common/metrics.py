@@ -150,6 +150,10 @@ STANDBY_PENDING = Gauge(
     "re-read, partition states not yet encoded, topics not yet digested (0 when idle)",
 )
 STANDBY_RELOADS = Counter("kcontroller_standby_reloads_total", "Complete reads of the standby copy")
+STANDBY_STATES_KEPT = Counter(
+    "kcontroller_standby_states_kept_total",
+    "Partition states a reload of the standby copy found unchanged and kept (not decoded, encoded or digested again)",
+)
 STANDBY_ZNODES_READ = Counter("kcontroller_standby_znodes_read_total", "Znodes the standby copy read")
 STANDBY_ERRORS = Counter("kcontroller_standby_errors_total", "Times the standby copy was dropped after an error")
 FAILOVER_LOADS = Counter(

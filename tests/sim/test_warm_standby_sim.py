@@ -14,17 +14,18 @@ from typing import Any
 import pytest
 
 from broker_stub.isr import change_isr
-from controller_svc.adapters.zk import paths
+from controller_svc.adapters.zk import codecs, paths
 from controller_svc.adapters.zk import standby as standby_module
+from controller_svc.adapters.zk.wire import CreateOp, DeleteOp, SetDataOp
 from controller_svc.common import pacing
 from controller_svc.common.errors import ErrorCode, ZkUnimplementedError
-from controller_svc.common.model import PartitionAndReplica, TopicPartition
+from controller_svc.common.model import LeaderIsrAndControllerEpoch, PartitionAndReplica, TopicPartition
 from controller_svc.controller.controller import Controller
 from controller_svc.controller.replica_state_machine import ReplicaState
 from controller_svc.core.context import ControllerContext
 from tests.sim.cluster import SimCluster
 from tests.sim.test_failover_windows_sim import _failovers, _topic_t_online
-from tests.sim.zk_model import SimZkClient
+from tests.sim.zk_model import SimZkClient, ZooKeeperModel
 
 
 async def _standby_ready(cluster: SimCluster, controller_id: int) -> Controller:
@@ -243,3 +244,87 @@ async def test_a_standby_decodes_a_reload_in_slices_with_the_loop_running_betwee
         cluster.safety()
     finally:
         await cluster.stop_all()
+
+
+def _state_bytes(leader: int, isr: tuple[int, ...], leader_epoch: int = 0) -> bytes:
+    return codecs.encode_partition_state(LeaderIsrAndControllerEpoch(leader, leader_epoch, isr, 0, 1))
+
+
+def _create_topic_ops(topic: str, partitions: int, leader: int) -> list[Any]:
+    """A topic znode (partitions on brokers 1-3) and a state znode per partition, as one multi."""
+    assignment = {p: (1, 2, 3) for p in range(partitions)}
+    ops: list[Any] = [
+        CreateOp(paths.topic_path(topic), codecs.encode_topic(codecs.TopicZnode(assignment))),
+        CreateOp(paths.partitions_path(topic)),
+    ]
+    for p in range(partitions):
+        ops.append(CreateOp(f"{paths.partitions_path(topic)}/{p}"))
+        ops.append(CreateOp(paths.partition_state_path(topic, p), _state_bytes(leader, (1, 2, 3))))
+    return ops
+
+
+def _delete_topic_ops(topic: str, partitions: int) -> list[Any]:
+    ops: list[Any] = []
+    for p in range(partitions):
+        ops.append(DeleteOp(paths.partition_state_path(topic, p)))
+        ops.append(DeleteOp(f"{paths.partitions_path(topic)}/{p}"))
+    return [*ops, DeleteOp(paths.partitions_path(topic)), DeleteOp(paths.topic_path(topic))]
+
+
+async def test_a_reload_after_lost_watches_keeps_only_the_states_of_the_same_topic_incarnation_and_version() -> None:
+    """A standby whose watches went with its session does not know what changed meanwhile: its
+    reload reads every znode again but decodes only what differs from its copy, by the state's
+    version within the same topic incarnation (the topic znode's czxid and version). Changed
+    meanwhile, unheard: a state of `a` (version 1 now), topic `b` deleted and created again
+    with other leaders (its states at version 0 again, as in the copy: only the incarnation
+    tells them apart), a new topic `d`; `c` untouched. The copy after the reload is what
+    ZooKeeper holds, and only `a`'s other states and `c`'s were kept."""
+    model = ZooKeeperModel()
+    admin = model.open_session(lambda _kind, _path: None)
+    model.multi(
+        admin,
+        [CreateOp("/brokers"), CreateOp(paths.BROKER_TOPICS), CreateOp("/config"), CreateOp(paths.CONFIG_TOPICS)],
+    )
+    for topic in ("a", "b", "c"):
+        model.multi(admin, _create_topic_ops(topic, 3, leader=1))
+    zk = SimZkClient(model, 6000)
+    await zk.start()
+    copy = standby_module.StandbyMetadata(zk, refresh_interval_s=0.01, controller_id=2)
+    try:
+        copy.follow()
+        await _until(lambda: copy.ready)
+        assert (copy.reloads, copy.kept_on_reload) == (1, 0)
+        # No loop turn from the expiry to the new session: the copy's task cannot look between.
+        assert zk.expire()
+        model.multi(admin, [SetDataOp(paths.partition_state_path("a", 0), _state_bytes(2, (2, 3), 1))])
+        model.multi(admin, _delete_topic_ops("b", 3))
+        model.multi(admin, _create_topic_ops("b", 3, leader=3))
+        model.multi(admin, _create_topic_ops("d", 2, leader=2))
+        await zk.renew()
+        await _until(lambda: copy.reloads == 2 and copy.ready)
+        # a's partitions 1 and 2, and c's three.
+        assert copy.kept_on_reload == 5
+        ctx = ControllerContext()
+        assert not isinstance(await copy.take(ctx), str)
+
+        def in_zookeeper(topic: str, partition: int) -> LeaderIsrAndControllerEpoch:
+            node = model.nodes[paths.partition_state_path(topic, partition)]
+            return codecs.decode_partition_state("state", node.data, node.version)
+
+        expected = {
+            TopicPartition(topic, p): in_zookeeper(topic, p)
+            for topic, count in (("a", 3), ("b", 3), ("c", 3), ("d", 2))
+            for p in range(count)
+        }
+        assert dict(ctx.partition_states) == expected
+        assert expected[TopicPartition("b", 0)].leader == 3 and expected[TopicPartition("a", 0)].leader == 2
+    finally:
+        await copy.close()
+        await zk.close()
+
+
+async def _until(condition: Any, timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.01)
