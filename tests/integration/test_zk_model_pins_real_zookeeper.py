@@ -108,6 +108,25 @@ async def test_sequential_names_count_the_parents_creates_and_czxids_grow(sessio
     assert await zk.get_children("/s") == ["n_0000000001", "n_0000000002"]
 
 
+async def test_an_mzxid_names_a_write_and_a_znode_created_again_gets_a_higher_one(session_factory: Factory) -> None:
+    """What a standby's reload after a lost connection relies on (adapters/zk/standby.py
+    `_reload`): a znode's mzxid is the zxid of its last write, creation included, so one deleted
+    and created again is back at version 0 but at a higher mzxid than any read before."""
+    zk = await session_factory()
+    await zk.ensure_path("/m")
+    await zk.create("/m/a", b"1")
+    await zk.create("/m/b", b"1")
+    (a0, b0) = await zk.get_many(["/m/a", "/m/b"])
+    assert a0[1].mzxid == a0[1].czxid < b0[1].mzxid == b0[1].czxid and a0[1].version == 0
+    await zk.set_data("/m/b", b"2")
+    await zk.delete("/m/a")
+    await zk.create("/m/a", b"3")
+    (a1, b1) = await zk.get_many(["/m/a", "/m/b"])
+    assert a1[1].version == 0 and a1[1].mzxid == a1[1].czxid > b1[1].mzxid > b0[1].mzxid
+    assert b1[1].version == 1 and b1[1].czxid == b0[1].czxid
+    assert (await zk.get_many(["/m/b"]))[0][1].mzxid == b1[1].mzxid  # a read writes nothing
+
+
 async def test_an_ended_sessions_ephemerals_go_and_the_watchers_hear_it(session_factory: Factory) -> None:
     ours, theirs = await session_factory(), await session_factory()
     await ours.ensure_path("/e")

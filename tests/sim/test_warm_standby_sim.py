@@ -250,9 +250,9 @@ def _state_bytes(leader: int, isr: tuple[int, ...], leader_epoch: int = 0) -> by
     return codecs.encode_partition_state(LeaderIsrAndControllerEpoch(leader, leader_epoch, isr, 0, 1))
 
 
-def _create_topic_ops(topic: str, partitions: int, leader: int) -> list[Any]:
-    """A topic znode (partitions on brokers 1-3) and a state znode per partition, as one multi."""
-    assignment = {p: (1, 2, 3) for p in range(partitions)}
+def _create_topic_ops(topic: str, partitions: int, leader: int, replicas: tuple[int, ...] = (1, 2, 3)) -> list[Any]:
+    """A topic znode (every partition on `replicas`) and a state znode per partition, as one multi."""
+    assignment = {p: replicas for p in range(partitions)}
     ops: list[Any] = [
         CreateOp(paths.topic_path(topic), codecs.encode_topic(codecs.TopicZnode(assignment))),
         CreateOp(paths.partitions_path(topic)),
@@ -271,56 +271,107 @@ def _delete_topic_ops(topic: str, partitions: int) -> list[Any]:
     return [*ops, DeleteOp(paths.partitions_path(topic)), DeleteOp(paths.topic_path(topic))]
 
 
-async def test_a_reload_after_lost_watches_keeps_only_the_states_of_the_same_topic_incarnation_and_version() -> None:
-    """A standby whose watches went with its session does not know what changed meanwhile: its
-    reload reads every znode again but decodes only what differs from its copy, by the state's
-    version within the same topic incarnation (the topic znode's czxid and version). Changed
-    meanwhile, unheard: a state of `a` (version 1 now), topic `b` deleted and created again
-    with other leaders (its states at version 0 again, as in the copy: only the incarnation
-    tells them apart), a new topic `d`; `c` untouched. The copy after the reload is what
-    ZooKeeper holds, and only `a`'s other states and `c`'s were kept."""
-    model = ZooKeeperModel()
-    admin = model.open_session(lambda _kind, _path: None)
-    model.multi(
-        admin,
-        [CreateOp("/brokers"), CreateOp(paths.BROKER_TOPICS), CreateOp("/config"), CreateOp(paths.CONFIG_TOPICS)],
-    )
-    for topic in ("a", "b", "c"):
-        model.multi(admin, _create_topic_ops(topic, 3, leader=1))
-    zk = SimZkClient(model, 6000)
-    await zk.start()
-    copy = standby_module.StandbyMetadata(zk, refresh_interval_s=0.01, controller_id=2)
-    try:
-        copy.follow()
-        await _until(lambda: copy.ready)
-        assert (copy.reloads, copy.kept_on_reload) == (1, 0)
-        # No loop turn from the expiry to the new session: the copy's task cannot look between.
-        assert zk.expire()
-        model.multi(admin, [SetDataOp(paths.partition_state_path("a", 0), _state_bytes(2, (2, 3), 1))])
-        model.multi(admin, _delete_topic_ops("b", 3))
-        model.multi(admin, _create_topic_ops("b", 3, leader=3))
-        model.multi(admin, _create_topic_ops("d", 2, leader=2))
-        await zk.renew()
-        await _until(lambda: copy.reloads == 2 and copy.ready)
-        # a's partitions 1 and 2, and c's three.
-        assert copy.kept_on_reload == 5
+def _recreate_state_ops(topic: str, partition: int, leader: int) -> list[Any]:
+    """A state znode deleted and created again (a deletion stopped half-way, the partition then
+    elected afresh): back at version 0, its topic znode untouched."""
+    path = paths.partition_state_path(topic, partition)
+    return [DeleteOp(path), CreateOp(path, _state_bytes(leader, (leader,)))]
+
+
+class _Copy:
+    """A standby copy over the model, with topics a, b and c of 3 partitions each (states at
+    version 0, led by broker 1), loaded and ready."""
+
+    def __init__(self) -> None:
+        self.model = ZooKeeperModel()
+        self.admin = self.model.open_session(lambda _kind, _path: None)
+        self.model.multi(
+            self.admin,
+            [CreateOp("/brokers"), CreateOp(paths.BROKER_TOPICS), CreateOp("/config"), CreateOp(paths.CONFIG_TOPICS)],
+        )
+        for topic in ("a", "b", "c"):
+            self.model.multi(self.admin, _create_topic_ops(topic, 3, leader=1))
+        self.zk = SimZkClient(self.model, 6000)
+        self.copy = standby_module.StandbyMetadata(self.zk, refresh_interval_s=0.01, controller_id=2)
+
+    async def __aenter__(self) -> _Copy:
+        await self.zk.start()
+        self.copy.follow()
+        await _until(lambda: self.copy.ready)
+        assert (self.copy.reloads, self.copy.kept_on_reload) == (1, 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.copy.close()
+        await self.zk.close()
+
+    def write(self, ops: list[Any]) -> None:
+        self.model.multi(self.admin, ops)
+
+    async def handed_over_equals_zookeeper(self, topics: dict[str, int]) -> dict[TopicPartition, Any]:
+        """Take the copy over; it must be, state by state, what ZooKeeper holds."""
         ctx = ControllerContext()
-        assert not isinstance(await copy.take(ctx), str)
-
-        def in_zookeeper(topic: str, partition: int) -> LeaderIsrAndControllerEpoch:
-            node = model.nodes[paths.partition_state_path(topic, partition)]
-            return codecs.decode_partition_state("state", node.data, node.version)
-
-        expected = {
-            TopicPartition(topic, p): in_zookeeper(topic, p)
-            for topic, count in (("a", 3), ("b", 3), ("c", 3), ("d", 2))
-            for p in range(count)
-        }
+        assert not isinstance(await self.copy.take(ctx), str)
+        expected = {}
+        for topic, count in topics.items():
+            for p in range(count):
+                node = self.model.nodes[paths.partition_state_path(topic, p)]
+                expected[TopicPartition(topic, p)] = codecs.decode_partition_state("state", node.data, node.version)
         assert dict(ctx.partition_states) == expected
-        assert expected[TopicPartition("b", 0)].leader == 3 and expected[TopicPartition("a", 0)].leader == 2
-    finally:
-        await copy.close()
-        await zk.close()
+        for topic in topics:
+            znode = codecs.decode_topic("topic", self.model.nodes[paths.topic_path(topic)].data)
+            assert {p: a.replicas for p, a in ctx.assignments[topic].items()} == znode.partitions, topic
+        return expected
+
+
+async def test_a_reload_after_lost_watches_keeps_only_what_did_not_change() -> None:
+    """A standby whose watches went with its session does not know what changed meanwhile: its
+    reload reads every znode again and decodes only what differs from its copy. Changed
+    meanwhile, unheard: a state of `a` (version 1 now), topic `b` deleted and created again
+    with other leaders (its states back at version 0, as in the copy), one state of `c`
+    deleted and created again under its untouched topic znode (version 0 again), a new topic
+    `d`. Only the mzxids tell the recreated ones apart. The copy after the reload is what
+    ZooKeeper holds, and only `a`'s other two states and `c`'s other two were kept."""
+    async with _Copy() as setup:
+        # No loop turn from the expiry to the new session: the copy's task cannot look between.
+        assert setup.zk.expire()
+        setup.write([SetDataOp(paths.partition_state_path("a", 0), _state_bytes(2, (2, 3), 1))])
+        setup.write(_delete_topic_ops("b", 3))
+        setup.write(_create_topic_ops("b", 3, leader=3, replicas=(3, 2, 1)))
+        setup.write(_recreate_state_ops("c", 2, leader=2))
+        setup.write(_create_topic_ops("d", 2, leader=2))
+        await setup.zk.renew()
+        await _until(lambda: setup.copy.reloads == 2 and setup.copy.ready)
+        assert setup.copy.kept_on_reload == 4
+        expected = await setup.handed_over_equals_zookeeper({"a": 3, "b": 3, "c": 3, "d": 2})
+        assert [expected[TopicPartition(t, p)].leader for t, p in (("a", 0), ("b", 0), ("c", 2))] == [2, 3, 2]
+
+
+async def test_a_change_heard_and_not_yet_read_when_the_watches_went_is_not_kept() -> None:
+    """A state of `c` deleted and created again (version 0, as the copy holds it) is heard while
+    the copy reads a later change of `a`; the connection goes before the next refresh. The copy
+    has read an mzxid above the recreation's, so only its mark of what it heard keeps it from
+    taking its old `c` state for the new one."""
+    async with _Copy() as setup:
+        read = setup.zk.get_many
+
+        async def recreate_then_read(paths_to_read: Any) -> Any:
+            if setup.zk.get_many is recreate_then_read:
+                setup.zk.get_many = read  # type: ignore[method-assign]
+                setup.write(_recreate_state_ops("c", 2, leader=2))  # heard: marked dirty
+                setup.write([SetDataOp(paths.partition_state_path("a", 1), _state_bytes(3, (3, 1), 2))])
+                got = await read(paths_to_read)  # a/1 at an mzxid above c/2's
+                assert setup.zk.expire()
+                await setup.zk.renew()
+                return got
+            return await read(paths_to_read)
+
+        setup.zk.get_many = recreate_then_read  # type: ignore[method-assign]
+        setup.write([SetDataOp(paths.partition_state_path("a", 1), _state_bytes(2, (2, 1), 1))])
+        await _until(lambda: setup.copy.reloads == 2 and setup.copy.ready)
+        expected = await setup.handed_over_equals_zookeeper({"a": 3, "b": 3, "c": 3})
+        assert expected[TopicPartition("c", 2)].leader == 2
+        assert setup.copy.kept_on_reload == 7  # all but a/1 and c/2
 
 
 async def _until(condition: Any, timeout_s: float = 10.0) -> None:

@@ -66,6 +66,10 @@ DECODE_SLICE = 50_000
 DECODE_STEP = 10_000
 
 
+def _mzxid(got: tuple[bytes, ZnodeStat]) -> int:
+    return got[1].mzxid
+
+
 class StandbyZk(Protocol):
     """The session reads a standby needs (ZkClient, and the simulation's client)."""
 
@@ -150,9 +154,16 @@ class StandbyMetadata:
 
     def _reset(self) -> None:
         self._topics: dict[str, loads.LoadedTopic] = {}
-        # Per topic of `_topics`: its znode's (czxid, version) as read. A topic znode with the
-        # same pair is the same incarnation, unchanged (see `_reload`).
-        self._topic_stats: dict[str, tuple[int, int]] = {}
+        # Per topic of `_topics`: its znode's mzxid as read (unique to each write, a creation
+        # included: the same mzxid is the same znode, unchanged; see `_reload`).
+        self._topic_mzxids: dict[str, int] = {}
+        # The highest mzxid of every znode this copy has read: a change it never heard of (its
+        # watch gone with its connection) was committed after all of them, so above this.
+        self._read_zxid = 0
+        # During a reconciling reload: the watermark then, and what the copy had heard of and
+        # not yet re-read (never kept).
+        self._kept_below_zxid = 0
+        self._suspect_states: set[TopicPartition] = set()
         self._present: set[str] = set()  # topic znodes that exist (malformed ones included)
         self._malformed: dict[str, int] = {}
         self._configs: dict[str, dict[str, str]] = {}
@@ -287,19 +298,24 @@ class StandbyMetadata:
         arming on mark what changed during the read).
 
         A copy already held (the connection was lost: its tree watches went with it, and what
-        changed meanwhile is unknown) is re-read, not dropped: every znode is read again, but a
-        partition state whose topic znode is the same incarnation and version as the copy's
-        (same czxid and version: not recreated, not changed) and whose own version is the
-        copy's is the copy's, and is kept with its encoding and its topic's digest. At 1M
-        partitions that leaves the reads, not the decode, encode and digest of every state,
-        after each lost connection (seven in one benchmark's set-up). A state znode is only
-        ever created once per topic incarnation (Kafka deletes states with their topic), so
-        its version within one incarnation names its content."""
+        changed meanwhile is unknown) is re-read, not dropped: every znode is read again, and
+        what did not change is kept with its encoding and its topic's digest. At 1M partitions
+        that leaves the reads, not the decode, encode and digest of every state, after each lost
+        connection (seven in one benchmark's set-up). Unchanged means: a topic znode at the
+        mzxid the copy read (each write, a creation included, has its own zxid); a partition
+        state that the copy holds and had not heard changed (not marked dirty), with an mzxid
+        no higher than the highest the copy ever read. A change the copy heard of is marked (or
+        already read again); one it did not hear of came after its watch was gone, so after
+        every read it made: its zxid is higher than any mzxid it read. Versions would not do: a
+        state deleted and created again unheard (a topic recreated, or a deletion stopped
+        half-way and the partition elected afresh) is back at version 0, as the copy may hold it."""
         started = time.monotonic()
         self._reconciling = bool(self._topics)
         if self._reconciling:
             self._ready_at = None
             metrics.STANDBY_READY.set(0)
+            self._kept_below_zxid = self._read_zxid
+            self._suspect_states = set(self._dirty_states)
             # Everything held is checked again, gone topics included.
             self._dirty_topics.update(self._topics, self._present)
             self._dirty_configs.update(self._configs)
@@ -320,6 +336,7 @@ class StandbyMetadata:
             reread = await self._refresh()
         finally:
             self._reconciling = False
+            self._suspect_states = set()
         if not self._intact():
             return
         self._ready_at = time.monotonic()
@@ -347,12 +364,13 @@ class StandbyMetadata:
         if topics:
             got_topics = await self._zk.get_many([paths.topic_path(t) for t in topics])
             read += len(topics)
+            self._read_zxid = max(self._read_zxid, max(map(_mzxid, filter(None, got_topics)), default=0))
             for topic, got in zip(topics, got_topics, strict=True):
                 if (
                     self._reconciling
                     and got is not None
                     and topic in self._topics
-                    and self._topic_stats.get(topic) == (got[1].czxid, got[1].version)
+                    and self._topic_mzxids.get(topic) == got[1].mzxid
                 ):
                     unchanged.add(topic)
                     self._dirty_states.update(self._partitions_of(topic))
@@ -369,12 +387,12 @@ class StandbyMetadata:
                         self._states.pop(tp, None)
                         self._encoded.pop(tp, None)
                     self._topics.pop(topic, None)
-                    self._topic_stats.pop(topic, None)
+                    self._topic_mzxids.pop(topic, None)
                     self._set_replica_keys(topic, None)
                     continue
                 self._topics[topic] = loaded
                 assert got is not None  # a topic decoded was read
-                self._topic_stats[topic] = (got[1].czxid, got[1].version)
+                self._topic_mzxids[topic] = got[1].mzxid
                 self._set_replica_keys(topic, topic_replica_keys(topic, loaded.assignments))
                 self._dirty_states.update(TopicPartition(topic, p) for p in loaded.assignments)
         states, self._dirty_states = list(self._dirty_states), set()
@@ -390,6 +408,7 @@ class StandbyMetadata:
                 await pacer.before(step)
                 end = start + step
                 chunk, chunk_paths, chunk_reads = states[start:end], state_paths[start:end], got_states[start:end]
+                self._read_zxid = max(self._read_zxid, max(map(_mzxid, filter(None, chunk_reads)), default=0))
                 if unchanged:
                     chunk, chunk_paths, chunk_reads = self._changed_states(unchanged, chunk, chunk_paths, chunk_reads)
                 decoded = loads.decode_state_reads(chunk, chunk_paths, chunk_reads)
@@ -503,8 +522,11 @@ class StandbyMetadata:
         reads: Sequence[tuple[bytes, ZnodeStat] | None],
     ) -> tuple[list[TopicPartition], list[str], list[tuple[bytes, ZnodeStat] | None]]:
         """Of states re-read by a reconciling reload, those to decode: all but the ones of an
-        unchanged topic at the version the copy holds (`_reload` says why those are the copy's)."""
+        unchanged topic that the copy holds, had not heard changed, and finds at an mzxid no
+        higher than any it read before (`_reload` says why those are the copy's)."""
         held = self._states
+        suspect = self._suspect_states
+        below = self._kept_below_zxid
         keep: list[TopicPartition] = []
         changed: tuple[list[TopicPartition], list[str], list[tuple[bytes, ZnodeStat] | None]] = ([], [], [])
         for tp, path, got in zip(partitions, state_paths, reads, strict=True):
@@ -513,7 +535,8 @@ class StandbyMetadata:
                 got is not None
                 and state is not None
                 and tp.topic in unchanged_topics
-                and got[1].version == state.zk_version
+                and got[1].mzxid <= below
+                and tp not in suspect
             ):
                 keep.append(tp)
             else:
