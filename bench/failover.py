@@ -27,7 +27,9 @@ import asyncio
 import functools
 import os
 import pathlib
+import re
 import signal
+import subprocess
 import time
 import urllib.request
 from typing import Any
@@ -153,15 +155,127 @@ async def wait_standby_settled(
         await asyncio.sleep(poll_s)
 
 
+_LOADED_LINE = re.compile(
+    r"standby copy loaded \((\d+) topics, (\d+) partition states, (\d+) znodes read, (\d+) states kept "
+    r"from the copy before\) in (\d+) ms"
+)
+
+
+def _zookeeper_port(connect: str) -> int:
+    """The client port of a local connect string (one server, chroot or not)."""
+    servers = connect.split("/", 1)[0]
+    if "," in servers:
+        raise ValueError(f"one ZooKeeper server expected, not {servers}")
+    return int(servers.rsplit(":", 1)[1])
+
+
+def cut_zookeeper_connections(pid: int, port: int) -> int:
+    """End process `pid`'s TCP connections to ZooKeeper's `port` as a network fault would,
+    both ends reset (`ss -K`, the kernel's SOCK_DESTROY): its client reconnects within the
+    session, and the session's watches are gone. Returns the connections ended."""
+    listed = subprocess.run(
+        ["ss", "-Htnp", "state", "established", "dport", "=", f":{port}"], capture_output=True, text=True, check=True
+    ).stdout
+    local_ports = [
+        line.split()[2].rsplit(":", 1)[1] for line in listed.splitlines() if f"pid={pid}," in line and line.split()
+    ]
+    for local_port in local_ports:
+        subprocess.run(
+            ["ss", "-K", "state", "established", "dport", "=", f":{port}", "sport", "=", f":{local_port}"],
+            capture_output=True,
+            check=True,
+        )
+    return len(local_ports)
+
+
+def _standby_loads(log_path: pathlib.Path, offset: int) -> list[dict[str, int]]:
+    """The standby's `standby copy loaded` lines in its log from byte `offset`."""
+    with open(log_path, "rb") as log_file:
+        log_file.seek(offset)
+        text = log_file.read().decode(errors="replace")
+    return [
+        dict(zip(("topics", "states", "znodes_read", "states_kept", "ms"), map(int, m.groups()), strict=True))
+        for m in _LOADED_LINE.finditer(text)
+    ]
+
+
+async def _until_ready_and_idle(address: str, since: float, timeout_s: float, min_reloads: float) -> dict[str, Any]:
+    """Poll a standby's metrics every 0.1 s until its copy is ready with nothing pending after
+    `min_reloads` reloads; the seconds from `since` (time.monotonic) to the first such poll."""
+    while True:
+        try:
+            sample = await asyncio.to_thread(_standby_samples, address)
+        except OSError:
+            sample = None  # not serving yet (a process starting)
+        now = time.monotonic()
+        if (
+            sample is not None
+            and sample["kcontroller_standby_ready"] == 1
+            and sample["kcontroller_standby_pending"] == 0
+            and sample["kcontroller_standby_reloads_total"] >= min_reloads
+        ):
+            return {"ready_after_s": round(now - since, 2), "sample": sample}
+        if now - since > timeout_s:
+            return {"ready_after_s": None, "sample": sample}
+        await asyncio.sleep(0.1)
+
+
+async def standby_rereads(spec: dict[str, Any], standby: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """How long a standby takes to be ready and idle again (its copy complete, nothing left to
+    read, encode or digest) after (1) its ZooKeeper connection is cut (a reload that keeps what
+    did not change) and (2) its process is restarted (a first load of everything, the cost the
+    reload avoids). `standby` is updated with the restarted process's pid."""
+    log_path = pathlib.Path(spec["logs"]) / f"controller-{standby['id']}.log"
+    address = standby["metrics"]
+    before = await asyncio.to_thread(_standby_samples, address)
+    offset = log_path.stat().st_size
+    cut_at = time.monotonic()
+    cut = await asyncio.to_thread(cut_zookeeper_connections, standby["pid"], _zookeeper_port(spec["zookeeper"]))
+    after_cut = await _until_ready_and_idle(address, cut_at, timeout_s, before["kcontroller_standby_reloads_total"] + 1)
+    sample = after_cut["sample"] or before
+    cut_result = {
+        "connections_cut": cut,
+        "ready_after_s": after_cut["ready_after_s"],
+        "reloads": sample["kcontroller_standby_reloads_total"] - before["kcontroller_standby_reloads_total"],
+        "znodes_read": sample["kcontroller_standby_znodes_read_total"]
+        - before["kcontroller_standby_znodes_read_total"],
+        "states_kept": sample["kcontroller_standby_states_kept_total"]
+        - before["kcontroller_standby_states_kept_total"],
+        "errors": sample["kcontroller_standby_errors_total"] - before["kcontroller_standby_errors_total"],
+        "zookeeper_disconnects": sample[ZK_DISCONNECTS] - before[ZK_DISCONNECTS],
+        "zookeeper_expires": sample[ZK_EXPIRES] - before[ZK_EXPIRES],
+        # the reload's own log line: its reads and decode, the encode and digest after it not included
+        "loads_logged": _standby_loads(log_path, offset),
+    }
+    offset = log_path.stat().st_size
+    os.kill(standby["pid"], signal.SIGTERM)
+    await asyncio.to_thread(_wait_exit, standby["pid"])
+    started = time.monotonic()
+    standby["pid"] = devcluster.spawn_node(standby["command"], log_path)
+    devcluster.write_spec(pathlib.Path(spec["logs"]).parent, spec)  # `cluster down` stops this one
+    after_restart = await _until_ready_and_idle(address, started, timeout_s, 1)
+    restart_result = {
+        "ready_after_s": after_restart["ready_after_s"],
+        "loads_logged": _standby_loads(log_path, offset),
+    }
+    return {"connection_cut": cut_result, "process_restarted": restart_result}
+
+
 async def measure(
     spec: dict[str, Any],
     session_timeout_ms: int,
     give_up_s: float,
     profiler: Profiler,
     standby_wait_s: float = 0.0,
+    standby_rereads_timeout_s: float = 0.0,
 ) -> dict[str, Any]:
     controller_id, epoch = await read_controller(spec["zookeeper"])
     victim = next(c for c in spec["controllers"] if c["id"] == controller_id)
+    rereads = None
+    if standby_rereads_timeout_s > 0:
+        (standby,) = [c for c in spec["controllers"] if c is not victim]
+        await wait_standby_settled([standby], standby_wait_s)
+        rereads = await standby_rereads(spec, standby, standby_rereads_timeout_s)
     standby_before = (
         await wait_standby_settled([c for c in spec["controllers"] if c is not victim], standby_wait_s)
         if standby_wait_s > 0
@@ -235,6 +349,8 @@ async def measure(
         "session_timeout_ms": session_timeout_ms,
         # the standby's copy when /controller was deleted (None: not waited for)
         "standby_before_deletion": standby_before,
+        # --standby-rereads: the standby ready again after its connection was cut, and restarted
+        "standby_rereads": rereads,
         "elections": len(elections),
         "resignations": len(resignations),
         "completed": settle_until is not None,
@@ -373,6 +489,15 @@ async def resident_memory(spec: dict[str, Any], partitions: int, rf: int) -> dic
     return result
 
 
+def _wait_exit(pid: int) -> None:
+    """Until process `pid` (started by this one, or reaped already by subprocess) has exited."""
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        while _alive(pid):
+            time.sleep(0.05)
+
+
 def _alive(pid: int) -> bool:
     try:
         finished, _ = os.waitpid(pid, os.WNOHANG)
@@ -396,6 +521,7 @@ async def run(
     give_up_s: float | None = None,
     partial_out: str | None = None,
     standby_wait_s: float = 600.0,
+    standby_rereads: bool = False,
 ) -> dict[str, Any]:
     """One cluster of `partitions`; with `partial_out`, what is measured so far is written there
     after each step (a 1M-partition run takes half an hour, and a later step may not end)."""
@@ -416,7 +542,14 @@ async def run(
         profiler = Profiler(profile_dir)
         try:
             warm = overrides.get("controller.standby.warm.enable", "true") == "true"
-            result = await measure(spec, session_timeout_ms, give_up, profiler, standby_wait_s if warm else 0.0)
+            result = await measure(
+                spec,
+                session_timeout_ms,
+                give_up,
+                profiler,
+                standby_wait_s if warm else 0.0,
+                give_up if standby_rereads and warm else 0.0,
+            )
         finally:
             await asyncio.to_thread(profiler.stop)
 
@@ -505,6 +638,12 @@ def main() -> None:
         help="with warm standbys, wait up to this long for the standby's copy to be ready and idle before "
         "/controller is deleted; 0: delete at once (the standby may be mid-load). Default 600",
     )
+    parser.add_argument(
+        "--standby-rereads",
+        action="store_true",
+        help="before the failover, time the standby ready and idle again after its ZooKeeper connection is cut "
+        "(ss -K; a reload keeping what did not change) and after a restart of its process (a first load)",
+    )
     args = parser.parse_args()
     if args.standby_wait_s < 0:
         parser.error("--standby-wait-s must not be negative")
@@ -525,6 +664,7 @@ def main() -> None:
                 args.give_up_s,
                 args.out,
                 args.standby_wait_s,
+                args.standby_rereads,
             )
         )
         emit(result)

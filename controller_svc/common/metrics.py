@@ -155,7 +155,9 @@ STANDBY_STATES_KEPT = Counter(
     "Partition states a reload of the standby copy found unchanged and kept (not decoded, encoded or digested again)",
 )
 STANDBY_ZNODES_READ = Counter("kcontroller_standby_znodes_read_total", "Znodes the standby copy read")
-STANDBY_ERRORS = Counter("kcontroller_standby_errors_total", "Times the standby copy was dropped after an error")
+STANDBY_ERRORS = Counter(
+    "kcontroller_standby_errors_total", "Errors of the standby copy: failed reads (the copy is read again) and faults"
+)
 FAILOVER_LOADS = Counter(
     "kcontroller_failover_loads_total", "Failover metadata loads, by mode (warm: from the standby copy)", ["mode"]
 )

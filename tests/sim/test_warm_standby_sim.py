@@ -17,8 +17,8 @@ from broker_stub.isr import change_isr
 from controller_svc.adapters.zk import codecs, paths
 from controller_svc.adapters.zk import standby as standby_module
 from controller_svc.adapters.zk.wire import CreateOp, DeleteOp, SetDataOp
-from controller_svc.common import pacing
-from controller_svc.common.errors import ErrorCode, ZkUnimplementedError
+from controller_svc.common import metrics, pacing
+from controller_svc.common.errors import ErrorCode, ZkUnavailableError, ZkUnimplementedError
 from controller_svc.common.model import LeaderIsrAndControllerEpoch, PartitionAndReplica, TopicPartition
 from controller_svc.controller.controller import Controller
 from controller_svc.controller.replica_state_machine import ReplicaState
@@ -372,6 +372,59 @@ async def test_a_change_heard_and_not_yet_read_when_the_watches_went_is_not_kept
         expected = await setup.handed_over_equals_zookeeper({"a": 3, "b": 3, "c": 3})
         assert expected[TopicPartition("c", 2)].leader == 2
         assert setup.copy.kept_on_reload == 7  # all but a/1 and c/2
+
+
+def _fail_the_first_read_of_states(setup: _Copy) -> list[int]:
+    """The copy's next read of partition states fails as a lost session fails it (once); the
+    returned list gets the number of states it was to read when it did."""
+    read = setup.zk.get_many
+    failed: list[int] = []
+
+    async def get_many(paths_to_read: Any) -> Any:
+        if not failed and any(path.endswith("/state") for path in paths_to_read):
+            failed.append(len(paths_to_read))
+            raise ZkUnavailableError("the session was lost (injected)")
+        return await read(paths_to_read)
+
+    setup.zk.get_many = get_many  # type: ignore[method-assign]
+    return failed
+
+
+async def test_a_reload_whose_read_fails_keeps_the_copy_and_not_what_changed_while_the_watches_were_gone() -> None:
+    """While the watches were gone, a state of `a` changed and topic `d` was created after it.
+    The reload reads the topics (`d`'s znode at an mzxid above `a`'s change) and fails reading
+    the states. The copy is not dropped: the next reload keeps what did not change, and not
+    `a`'s changed state, though `a`'s topic znode is as the copy read it and the failed reload
+    had read an mzxid above the change."""
+    async with _Copy() as setup:
+        errors = metrics.STANDBY_ERRORS._value.get()
+        assert setup.zk.expire()
+        setup.write([SetDataOp(paths.partition_state_path("a", 0), _state_bytes(2, (2, 3), 1))])
+        setup.write(_create_topic_ops("d", 2, leader=2))
+        failed = _fail_the_first_read_of_states(setup)
+        await setup.zk.renew()
+        await _until(lambda: setup.copy.reloads == 2 and setup.copy.ready)
+        assert failed == [3 * 3 + 2]  # the reload's read of every state failed
+        assert metrics.STANDBY_ERRORS._value.get() == errors + 1
+        assert setup.copy.kept_on_reload == 8  # all of a, b and c but a/0
+        expected = await setup.handed_over_equals_zookeeper({"a": 3, "b": 3, "c": 3, "d": 2})
+        assert expected[TopicPartition("a", 0)].leader == 2
+
+
+async def test_a_refresh_whose_read_fails_leaves_what_it_heard_to_be_read_again() -> None:
+    """A state of `c` is deleted and created again (version 0, as the copy holds it), then topic
+    `d` created: both heard. The refresh reads `d`'s znode, at an mzxid above the recreation's,
+    and fails reading the states. The copy is read again; only the mark of what was heard,
+    put back, keeps it from taking its old `c` state for the new one."""
+    async with _Copy() as setup:
+        failed = _fail_the_first_read_of_states(setup)
+        setup.write(_recreate_state_ops("c", 2, leader=2))
+        setup.write(_create_topic_ops("d", 2, leader=2))
+        await _until(lambda: setup.copy.reloads == 2 and setup.copy.ready)
+        assert failed == [1 + 2]  # c/2 and d's states
+        assert setup.copy.kept_on_reload == 8  # all of a, b and c but c/2
+        expected = await setup.handed_over_equals_zookeeper({"a": 3, "b": 3, "c": 3, "d": 2})
+        assert expected[TopicPartition("c", 2)].leader == 2
 
 
 async def _until(condition: Any, timeout_s: float = 10.0) -> None:

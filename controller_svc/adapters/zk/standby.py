@@ -269,9 +269,14 @@ class StandbyMetadata:
                 self._reset()
                 return
             except ControllerError as e:
-                log.warning("controller %d: the standby copy is stale (%s); reloading it", self._id, e)
+                # A read failed (a timeout, the session lost mid-read): `_refresh` has put back
+                # what it had taken to read, so the copy is read again as after a lost
+                # connection, keeping what did not change, rather than dropped (at 1M
+                # partitions, a decode, encode and digest of every state again).
+                log.warning("controller %d: a read of the standby copy failed (%s); reading it all again", self._id, e)
                 metrics.STANDBY_ERRORS.inc()
-                self._reset()
+                self._ready_at = None
+                metrics.STANDBY_READY.set(0)
                 await asyncio.sleep(1.0)
 
     # --- following ------------------------------------------------------------------------------
@@ -310,8 +315,8 @@ class StandbyMetadata:
         state deleted and created again unheard (a topic recreated, or a deletion stopped
         half-way and the partition elected afresh) is back at version 0, as the copy may hold it."""
         started = time.monotonic()
-        self._reconciling = bool(self._topics)
-        if self._reconciling:
+        reconciling = bool(self._topics)
+        if reconciling:
             self._ready_at = None
             metrics.STANDBY_READY.set(0)
             self._kept_below_zxid = self._read_zxid
@@ -324,15 +329,16 @@ class StandbyMetadata:
         self.kept_on_reload = 0
         self._armings = []
         self._listening = True
-        armings = [
-            await self._zk.watch_tree(paths.BROKER_TOPICS, self._on_event),
-            await self._zk.watch_tree(paths.CONFIG_TOPICS, self._on_event),
-        ]
-        self._armings = armings
-        names = await self._zk.get_children_or_empty(paths.BROKER_TOPICS)
-        self._dirty_topics.update(names)
-        self._dirty_configs.update(names)
+        self._reconciling = reconciling
         try:
+            armings = [
+                await self._zk.watch_tree(paths.BROKER_TOPICS, self._on_event),
+                await self._zk.watch_tree(paths.CONFIG_TOPICS, self._on_event),
+            ]
+            self._armings = armings
+            names = await self._zk.get_children_or_empty(paths.BROKER_TOPICS)
+            self._dirty_topics.update(names)
+            self._dirty_configs.update(names)
             reread = await self._refresh()
         finally:
             self._reconciling = False
@@ -356,11 +362,31 @@ class StandbyMetadata:
 
     async def _refresh(self) -> int:
         """Re-read the dirty znodes; a topic re-read re-reads its partitions' states too (its
-        partitions may have changed). Returns the znodes read."""
+        partitions may have changed). Returns the znodes read.
+
+        A read that fails (`_run` then reads the copy again, every topic and config included)
+        puts back the marks of the states heard changed: the next reload must not keep those.
+        After a reconciling reload's failure the copy's watermark goes back to what it was
+        before the reload: the reload's reads came after the watches were armed again, later
+        than a change made while they were gone, which the next reload must not keep either."""
+        heard: set[TopicPartition] = set()
+        try:
+            return await self._read_taken(heard)
+        except ControllerError:
+            self._dirty_states.update(heard)
+            if self._reconciling:
+                self._read_zxid = self._kept_below_zxid
+            raise
+
+    async def _read_taken(self, heard: set[TopicPartition]) -> int:
+        """`_refresh`'s reads: the topics marked, then the states heard changed (taken into
+        `heard`) and those of the topics re-read, then the configs marked."""
         topics, self._dirty_topics = sorted(self._dirty_topics), set()
         read = 0
         # Topics a reconciling reload found the same incarnation and version as the copy's.
         unchanged: set[str] = set()
+        # States to read because their topic was re-read (not heard changed)
+        of_topics: set[TopicPartition] = set()
         if topics:
             got_topics = await self._zk.get_many([paths.topic_path(t) for t in topics])
             read += len(topics)
@@ -373,7 +399,7 @@ class StandbyMetadata:
                     and self._topic_mzxids.get(topic) == got[1].mzxid
                 ):
                     unchanged.add(topic)
-                    self._dirty_states.update(self._partitions_of(topic))
+                    of_topics.update(self._partitions_of(topic))
                     continue
                 loaded = loads.decode_topic_read(topic, got, self._malformed)
                 if got is None:
@@ -394,8 +420,10 @@ class StandbyMetadata:
                 assert got is not None  # a topic decoded was read
                 self._topic_mzxids[topic] = got[1].mzxid
                 self._set_replica_keys(topic, topic_replica_keys(topic, loaded.assignments))
-                self._dirty_states.update(TopicPartition(topic, p) for p in loaded.assignments)
-        states, self._dirty_states = list(self._dirty_states), set()
+                of_topics.update(TopicPartition(topic, p) for p in loaded.assignments)
+        taken, self._dirty_states = self._dirty_states, set()
+        heard.update(taken)
+        states = list(taken | of_topics)
         if states:
             state_paths = [paths.partition_state_path(tp.topic, tp.partition) for tp in states]
             got_states = await self._zk.get_many(state_paths)
