@@ -193,11 +193,12 @@ async def test_a_zookeeper_without_add_watch_means_cold_failovers_and_nothing_el
 async def test_a_standby_decodes_a_reload_in_slices_with_the_loop_running_between(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A reload's partition states are decoded DECODE_SLICE at a time, the loop running other
-    work between slices (one step over 1M held the standby's loop 5.2 s, with the election
-    waiting behind it), and handed over in slices at takeover; the copy is complete and the
-    takeover from it is warm and exact."""
+    """A reload's partition states are decoded a read batch at a time as the batches come in,
+    the loop running other work every DECODE_SLICE states (one step over 1M held the standby's
+    loop 5.2 s, with the election waiting behind it), and handed over in slices at takeover;
+    the copy is complete and the takeover from it is warm and exact."""
     monkeypatch.setattr(standby_module, "DECODE_SLICE", 25)
+    monkeypatch.setattr(standby_module, "READ_BATCH", 25)
     cluster = SimCluster(brokers=3, auto_leader_rebalance_enable=False)
     completed = _failovers(cluster)
     order: list[str] = []
@@ -372,6 +373,40 @@ async def test_a_change_heard_and_not_yet_read_when_the_watches_went_is_not_kept
         expected = await setup.handed_over_equals_zookeeper({"a": 3, "b": 3, "c": 3})
         assert expected[TopicPartition("c", 2)].leader == 2
         assert setup.copy.kept_on_reload == 7  # all but a/1 and c/2
+
+
+async def test_a_load_decodes_each_read_batch_as_it_comes_in_with_few_outstanding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The copy's states are read in batches, a few outstanding ahead of the one being decoded,
+    so only those are held at once: a first load that read 1M states in full before decoding
+    them held every read together, and its controller stayed about 0.5 GB larger."""
+    monkeypatch.setattr(standby_module, "READ_BATCH", 2)
+    monkeypatch.setattr(standby_module.loads, "READ_AHEAD", 1)
+    events: list[tuple[str, int]] = []
+    decode = standby_module.loads.decode_state_reads
+
+    def recorded(partitions: Any, state_paths: Any, reads: Any) -> Any:
+        events.append(("decode", len(partitions)))
+        return decode(partitions, state_paths, reads)
+
+    monkeypatch.setattr(standby_module.loads, "decode_state_reads", recorded)
+    setup = _Copy()
+    read = setup.zk.get_many
+
+    async def get_many(paths_to_read: Any) -> Any:
+        if any(path.endswith("/state") for path in paths_to_read):
+            events.append(("read", len(paths_to_read)))
+        return await read(paths_to_read)
+
+    setup.zk.get_many = get_many  # type: ignore[method-assign]
+    async with setup:
+        reads = [n for kind, n in events if kind == "read"]
+        assert sorted(reads, reverse=True) == [2, 2, 2, 2, 1], events  # 9 states, batches of 2
+        assert sum(n for kind, n in events if kind == "decode") == 9, events
+        # Before the first batch is decoded, only it and the one read ahead were asked for.
+        assert events.index(("decode", 2)) <= 2, events
+        await setup.handed_over_equals_zookeeper({"a": 3, "b": 3, "c": 3})
 
 
 def _fail_the_first_read_of_states(setup: _Copy) -> list[int]:

@@ -10,7 +10,7 @@ import logging
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Protocol, cast
 
 from controller_svc.adapters.zk import codecs, paths
 from controller_svc.adapters.zk.client import ZkClient, ZnodeStat
@@ -156,42 +156,72 @@ def decode_config_read(topic: str, got: tuple[bytes, ZnodeStat]) -> dict[str, st
         return None
 
 
+class _ManyReader(Protocol):
+    async def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, ZnodeStat] | None]: ...
+
+
+class ReadAhead:
+    """The reads of `paths` in batches handed out in order, `ahead` batches outstanding beyond
+    the one handed out: each is the caller's to decode while ZooKeeper serves the later ones,
+    and only those are held at once. Use as an async context manager (what is outstanding is
+    cancelled on leaving it)."""
+
+    def __init__(self, zk: _ManyReader, paths: Sequence[str], batch: int, ahead: int) -> None:
+        self._zk = zk
+        self._paths = paths
+        self._batch = batch
+        self._ahead = ahead
+        self._starts = iter(range(0, len(paths), batch))
+        self._reads: collections.deque[tuple[int, asyncio.Future[list[tuple[bytes, ZnodeStat] | None]]]] = (
+            collections.deque()
+        )
+
+    def _read_next(self) -> None:
+        start = next(self._starts, None)
+        if start is not None:
+            batch = self._paths[start : start + self._batch]
+            self._reads.append((start, asyncio.ensure_future(self._zk.get_many(batch))))
+
+    async def __aenter__(self) -> ReadAhead:
+        for _ in range(self._ahead + 1):
+            self._read_next()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        reads, self._reads = self._reads, collections.deque()
+        for _, read in reads:
+            read.cancel()
+        await asyncio.gather(*(read for _, read in reads), return_exceptions=True)
+
+    async def next(self) -> tuple[int, list[tuple[bytes, ZnodeStat] | None]] | None:
+        """(index of the batch's first path, its reads), or None after the last."""
+        if not self._reads:
+            return None
+        start, read = self._reads[0]
+        got = await read
+        self._reads.popleft()
+        self._read_next()
+        return start, got
+
+
 async def load_partition_states(zk: ZkClient, ctx: ControllerContext, partitions: Sequence[TopicPartition]) -> None:
     """Batches are read READ_AHEAD at a time ahead of the one being decoded, each decoded as
     soon as it is in while ZooKeeper serves the later ones: read in full, then decoded, a cold
     failover's load at 100k partitions took the reads and then the decoding, one after the
     other (2.1x the reads alone)."""
     state_paths = [paths.partition_state_path(tp.topic, tp.partition) for tp in partitions]
-    starts = iter(range(0, len(state_paths), MULTI_READ_BATCH))
-    reads: collections.deque[tuple[int, asyncio.Future[list[tuple[bytes, ZnodeStat] | None]]]] = collections.deque()
-
-    def read_next() -> None:
-        start = next(starts, None)
-        if start is not None:
-            batch = state_paths[start : start + MULTI_READ_BATCH]
-            reads.append((start, asyncio.ensure_future(zk.get_many(batch))))
-
     decoded: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
     missing: list[TopicPartition] = []
-    try:
-        for _ in range(READ_AHEAD):
-            read_next()
-        while reads:
-            start, read = reads.popleft()
-            states = await read
-            read_next()
+    async with ReadAhead(zk, state_paths, MULTI_READ_BATCH, READ_AHEAD - 1) as reads:
+        while (got := await reads.next()) is not None:
+            start, states = got
             batch = partitions[start : start + len(states)]
             found = decode_state_reads(batch, state_paths[start : start + len(states)], states)
-            for tp, got, state in zip(batch, states, found, strict=True):
-                if got is None:
+            for tp, read, state in zip(batch, states, found, strict=True):
+                if read is None:
                     missing.append(tp)
                 elif state is not None:
                     decoded[tp] = state
-    except BaseException:
-        for _, read in reads:
-            read.cancel()
-        await asyncio.gather(*(read for _, read in reads), return_exceptions=True)
-        raise
     for tp in missing:
         ctx.partition_states.pop(tp, None)
     ctx.partition_states.update(decoded)  # one bulk write (core/tracked.py)
