@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
-from bench.failover import wait_standby_settled
+from bench.failover import _zookeeper_port, cut_zookeeper_connections, wait_standby_settled
 from controller_svc.adapters.zk import codecs, paths
 from controller_svc.devtools.devcluster import read_controller
 from kcontroller.v1 import broker_pb2, broker_pb2_grpc
@@ -130,6 +130,65 @@ async def test_a_standby_that_read_none_of_the_changes_takes_over_with_what_zook
         ), key
     for p, isr in shrunk.items():
         assert list(seen[("w", p)].isr) == isr
+
+
+async def test_a_standby_whose_connection_is_cut_reads_its_copy_again_keeping_what_did_not_change(
+    cluster_factory: Any,
+) -> None:
+    """The standby's ZooKeeper connection reset under it (`ss -K`, as a network fault would):
+    aiozk reconnects within the session, the tree watches are gone, and the standby reads its
+    copy again, keeping every state (none changed). It then follows a change and takes over warm
+    with what ZooKeeper holds."""
+    cluster = await cluster_factory(
+        controllers=2, brokers=3, controller_overrides={"auto.leader.rebalance.enable": "false"}
+    )
+    await cluster.converged()
+    assert (await create_topic(cluster, "w", partitions=6, replication_factor=3)).error_code == 0
+    await eventually(lambda: brokers_agree_with_controller(cluster, "w", [1, 2, 3]), 30, what="w online")
+    old_id, old_epoch = await read_controller(cluster.zookeeper)
+    standby = cluster.controller(next(c["id"] for c in cluster.spec["controllers"] if c["id"] != old_id))
+    settled = await wait_standby_settled([standby], timeout_s=60, poll_s=0.5)
+    assert settled["settled"], settled
+    names = {
+        "reloads": "kcontroller_standby_reloads_total",
+        "kept": "kcontroller_standby_states_kept_total",
+        "disconnects": "kafka_server_sessionexpirelistener_zookeeperdisconnects_total",
+        "expires": "kafka_server_sessionexpirelistener_zookeeperexpires_total",
+        "ready": "kcontroller_standby_ready",
+        "pending": "kcontroller_standby_pending",
+    }
+
+    def sample() -> dict[str, float]:
+        samples = scrape(standby["metrics"])
+        return {name: samples.get(metric, 0.0) for name, metric in names.items()}
+
+    before = await asyncio.to_thread(sample)
+    cut = await asyncio.to_thread(cut_zookeeper_connections, standby["pid"], _zookeeper_port(cluster.zookeeper))
+    assert cut == 1  # the fault landed: the standby's one connection to ZooKeeper was reset
+
+    async def read_again() -> dict[str, float] | None:
+        now = await asyncio.to_thread(sample)
+        done = now["reloads"] > before["reloads"] and now["ready"] == 1 and now["pending"] == 0
+        return now if done else None
+
+    after = await eventually(read_again, 60, what="the standby's copy read again")
+    assert after["disconnects"] > before["disconnects"] and after["expires"] == before["expires"], (before, after)
+    assert after["kept"] - before["kept"] == 6, (before, after)  # every state of w, none changed
+    shrunk = await _shrink(cluster, "w", 0)
+    await cluster.stop_node(cluster.controller(old_id))
+    await cluster.converged(min_epoch=old_epoch + 1)
+
+    async def failover_record() -> dict[str, Any] | None:
+        return await asyncio.to_thread(_failover_record, cluster, standby["id"], old_epoch)
+
+    record = await eventually(failover_record, 30, what="the failover's record")
+    assert record["load_mode"] == "warm", record
+    in_zookeeper = await _states_in_zookeeper(cluster, ["w"])
+    seen = await partitions(cluster, "w")
+    assert {k: (s.leader, list(s.isr), s.leader_epoch) for k, s in in_zookeeper.items()} == {
+        k: (s.leader, list(s.isr), s.leader_epoch) for k, s in seen.items()
+    }
+    assert list(seen[("w", 0)].isr) == shrunk
 
 
 async def test_a_reconnect_loses_the_tree_watch_and_the_arming_says_so(tmp_path: Any) -> None:
